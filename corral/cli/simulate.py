@@ -1,0 +1,1 @@
+"""`corral simulate`: replay a scenario or a trace through the core on a virtual clock."""

@@ -1,0 +1,86 @@
+"""The core's own typed records: jobs as the scheduler sees them, and its decisions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from corral.formats.types import Resources
+
+
+@dataclass(slots=True, eq=False)
+class Job:
+    id: str
+    name: str
+    project: str
+    user: str
+    priority: int
+    resources: Resources
+    submit_time: float
+    preemptible: bool = True
+    max_runtime: float | None = None  # seconds; lets backfill fit around a reservation
+    duration: float | None = None  # total run time needed, when known (simulator, srtf)
+    run_time: float = 0.0  # seconds already run in earlier attempts (progress is kept)
+    attained: float = 0.0  # accelerator-seconds already received (LAS)
+    wait_since: float = 0.0  # when the job last became pending (submit or preemption)
+    preemptions: int = 0
+
+    @property
+    def demand(self) -> int:
+        return self.resources.total
+
+    @property
+    def accelerator(self) -> str:
+        return self.resources.accelerator
+
+
+@dataclass(slots=True, eq=False)
+class Running:
+    job: Job
+    nodes: tuple[int, ...]  # node index of each worker, in worker order (slice-major)
+    started_at: float
+    terminating: bool = False  # preempted or cancelled, still releasing its accelerators
+
+    def expected_end(self) -> float | None:
+        """When the job will end at the latest, if it declared a max_runtime."""
+        if self.job.max_runtime is None:
+            return None
+        return self.started_at + self.job.max_runtime
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    code: str  # capacity | quota | limit | reserved | preempting | order | policy
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    job_id: str
+    nodes: tuple[str, ...]  # node name of each worker, in worker order
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    job_id: str
+    reason: str
+    preemptor: str  # id of the pending job the capacity goes to
+
+
+@dataclass(slots=True)
+class Decision:
+    starts: list[Start] = field(default_factory=list)
+    preemptions: list[Preempt] = field(default_factory=list)
+    reasons: dict[str, Reason] = field(default_factory=dict)  # pending jobs the cycle examined
+    # For pending jobs the cycle did not need to examine (nothing could change for them), the
+    # reason is derived on request: one cycle then costs O(changes), not O(queue).
+    fallback: Callable[[Job], Reason] | None = None
+    wake_at: float | None = None  # the decision may change at this time even with no event
+
+    def reason(self, job: Job) -> Reason:
+        found = self.reasons.get(job.id)
+        if found is not None:
+            return found
+        if self.fallback is not None:
+            return self.fallback(job)
+        return Reason("order", "waiting for the next scheduling cycle")
