@@ -1,0 +1,126 @@
+"""Job specs (YAML or JSON), DESIGN.md §2."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt
+
+from corral.formats._common import (
+    Count,
+    LocatedError,
+    NonEmptyStr,
+    add_line,
+    load_yaml,
+    read_text,
+    show,
+    validate,
+)
+from corral.formats.durations import OptionalPositiveDuration
+from corral.formats.types import JobSpec, Resources
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def _dns_label(value: Any) -> str:
+    if not isinstance(value, str) or len(value) > 63 or not _DNS_LABEL.fullmatch(value):
+        raise ValueError(
+            "must be a DNS-1123 label: lowercase letters, digits and '-', starting and ending"
+            f" with a letter or digit, at most 63 characters, got {show(value)}"
+        )
+    return value
+
+
+def _priority(value: Any) -> int | str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value:
+        return value  # a class name, resolved against the quota's [priority_classes] later
+    raise ValueError(f"must be an integer or a priority class name, got {show(value)}")
+
+
+def _command(value: Any) -> str | tuple[str, ...]:
+    if isinstance(value, str) and value.strip():
+        return value
+    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise ValueError(
+        f"must be a string (run by /bin/sh -c) or a list of strings (argv), got {show(value)}"
+    )
+
+
+def _env(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise ValueError(f"must be a mapping of variable names to strings, got {show(value)}")
+    out = {}
+    for key, val in value.items():
+        if not isinstance(key, str) or not key or "=" in key or "\0" in key:
+            raise ValueError(
+                f"variable names must be non-empty strings without '=', got {show(key)}"
+            )
+        # YAML 1.1 reads on/off/yes/no as booleans: refuse rather than guess the spelling.
+        if isinstance(val, bool) or not isinstance(val, str | int | float):
+            raise ValueError(
+                f"{key} must be a string or a number (quote it: YAML reads yes/no/on/off/true/false"
+                f" as booleans), got {show(val)}"
+            )
+        out[key] = val if isinstance(val, str) else str(val)
+    return out
+
+
+class ResourcesModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    accelerator: NonEmptyStr
+    per_worker: Count
+    workers: Count = 1
+    slices: Count = 1
+    exclusive: StrictBool = False
+
+
+class JobModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: Annotated[str, BeforeValidator(_dns_label)]
+    project: NonEmptyStr
+    resources: ResourcesModel
+    command: Annotated[str | tuple[str, ...], BeforeValidator(_command)] = ()
+    priority: Annotated[int | str, BeforeValidator(_priority)] = 0
+    env: Annotated[dict[str, str], BeforeValidator(_env)] = Field(default_factory=dict)
+    max_restarts: Annotated[StrictInt, Field(ge=0)] = 0
+    preemptible: StrictBool = True
+    max_runtime: OptionalPositiveDuration = None
+    kind: Literal["batch", "interactive"] = "batch"
+
+    def to_spec(self) -> JobSpec:
+        return JobSpec(
+            name=self.name,
+            project=self.project,
+            resources=Resources(**self.resources.model_dump()),
+            command=self.command,
+            priority=self.priority,
+            env=dict(self.env),
+            max_restarts=self.max_restarts,
+            preemptible=self.preemptible,
+            max_runtime=self.max_runtime,
+            kind=self.kind,
+        )
+
+
+def parse_jobspec(data: dict, source: str = "job spec") -> JobSpec:
+    """A validated JobSpec from already-loaded data; FormatError (one line) if it is bad."""
+    return validate(JobModel, data, source).to_spec()
+
+
+def load_jobspec(path: str | Path) -> JobSpec:
+    """Read a job spec file, YAML or JSON (YAML contains JSON, so the content decides)."""
+    source = str(path)
+    data, lines = load_yaml(read_text(path), source)
+    if data is None:
+        raise LocatedError(source, (), "is empty; expected a job spec mapping")
+    try:
+        return parse_jobspec(data, source)
+    except LocatedError as e:
+        raise add_line(e, source, lines) from None
