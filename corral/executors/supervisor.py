@@ -1,0 +1,293 @@
+"""The supervisor: one small detached process per attempt that owns the attempt's gang.
+
+Run as `python -m corral.executors.supervisor RUN_DIR`. It lives in its own session, so it and
+its workers keep running when the control plane dies; it writes the attempt's fate to
+status.json, which any later control plane reads (see rundir.py for the files).
+
+Each worker leads its own process group (a session, in fact), so one killpg reaches everything
+the worker started that did not deliberately leave the group. The supervisor is also a child
+subreaper, so orphaned grandchildren are reparented to it and reaped here, and anything that
+escaped its group with setsid is still found among our descendants and killed at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from corral.executors.base import FAILED, SUCCEEDED, TERMINATED, TIMEOUT, AttemptExit, Launch
+from corral.executors.rundir import ProcessRef, RunDir, kill_groups, read_json, write_json_atomic
+
+log = logging.getLogger("corral.supervisor")
+
+STOPPING_TICK = 0.05  # how often to look whether killed groups have emptied
+IDLE_TICK = 5.0  # safety wake-up while running; signals normally wake us first
+KILL_WAIT = 5.0  # after SIGKILL, how long to wait for the kernel before recording anyway
+SPAWN_FAILED = 127  # the shell's code for "command not found"
+PR_SET_CHILD_SUBREAPER = 36
+
+
+class Supervisor:
+    def __init__(self, run: RunDir, launch: Launch, signals: Signals) -> None:
+        self.run = run
+        self.launch = launch
+        self.signals = signals
+        n = len(launch.workers)
+        self.procs: list[subprocess.Popen[bytes] | None] = [None] * n
+        self.refs: list[ProcessRef] = []  # started workers = their process groups
+        self.codes: list[int | None] = [None] * n
+        self.running: dict[int, int] = {}  # pid -> worker index, until reaped
+        self.first_failed: int | None = None
+        self.outcome: str | None = None  # set when the gang starts stopping
+        self.kill_at = 0.0  # monotonic time to SIGKILL the groups, once stopping
+        self.give_up_at: float | None = None  # set once SIGKILL was sent
+        self.deadline: float | None = None
+
+    # --- starting ---------------------------------------------------------------------------
+
+    def start_workers(self) -> None:
+        if self.launch.max_runtime is not None:
+            self.deadline = time.monotonic() + self.launch.max_runtime
+        for index in range(len(self.launch.workers)):
+            # A stop requested while starting must not start the rest of the gang.
+            if self.signals.stop_requested or self.first_failed is not None:
+                return
+            self.start_worker(index)
+
+    def start_worker(self, index: int) -> None:
+        argv = self.argv()
+        env = {**os.environ, **self.launch.env, **self.launch.contract_env(index)}
+        with open(self.run.worker_log(index), "ab") as out:
+            try:
+                proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )
+            except OSError as err:
+                # The worker's log is where its user will look for why it did not run.
+                out.write(f"corral: cannot start {argv[0]!r}: {err}\n".encode())
+                self.codes[index] = SPAWN_FAILED
+                self.first_failed = index
+                log.error("worker %d did not start: %s", index, err)
+                return
+        self.procs[index] = proc
+        self.running[proc.pid] = index
+        self.refs.append(ProcessRef.of(proc.pid))
+        # Recorded after every start: if we die mid-gang, terminate() can still find them all.
+        write_json_atomic(self.run.file("workers.json"), [r.to_dict() for r in self.refs])
+        log.info("worker %d started, pid %d", index, proc.pid)
+
+    def argv(self) -> list[str]:
+        command = self.launch.command
+        return ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    def supervise(self) -> AttemptExit:
+        self.start_workers()
+        while True:
+            self.reap()
+            self.advance()
+            if self.settled():
+                return self.finish()
+            self.sleep()
+
+    def reap(self) -> None:
+        """Collect every exited child: workers, and orphans reparented to us."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            index = self.running.pop(pid, None)
+            if index is not None:
+                self.record_exit(index, os.waitstatus_to_exitcode(status))
+
+    def record_exit(self, index: int, code: int) -> None:
+        self.codes[index] = code
+        proc = self.procs[index]
+        if proc is not None:
+            proc.returncode = code  # we reaped it; Popen must not wait for it again
+        log.info("worker %d exited with %d", index, code)
+        # Exits after the gang started stopping are our own kills, not the cause.
+        if code != 0 and self.outcome is None and self.first_failed is None:
+            self.first_failed = index
+
+    def advance(self) -> None:
+        if self.outcome is None:
+            outcome = self.natural_outcome()
+            if outcome is not None:
+                self.stop(outcome, self.launch.grace)
+        if self.signals.stop_requested:
+            # After the natural outcome: a gang that already ended on its own ended that way.
+            self.signals.stop_requested = False
+            self.stop(TERMINATED, self.requested_grace())
+        if (
+            self.outcome is not None
+            and self.give_up_at is None
+            and time.monotonic() >= self.kill_at
+        ):
+            log.info("grace over: SIGKILL to the gang")
+            kill_groups(self.refs, signal.SIGKILL)
+            self.give_up_at = time.monotonic() + KILL_WAIT
+
+    def natural_outcome(self) -> str | None:
+        if self.first_failed is not None:
+            return FAILED
+        if all(code == 0 for code in self.codes):
+            # Every worker exited 0; whatever they left in their groups is still stopped.
+            return SUCCEEDED
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            return TIMEOUT
+        return None
+
+    def requested_grace(self) -> float:
+        request = read_json(self.run.file("stop.json")) or {}
+        grace = request.get("grace")
+        return self.launch.grace if grace is None else float(grace)
+
+    def stop(self, outcome: str, grace: float) -> None:
+        now = time.monotonic()
+        if self.outcome is not None:
+            # Already stopping; a repeated request may only make the wait shorter.
+            self.kill_at = min(self.kill_at, now + grace)
+            return
+        self.outcome = outcome
+        self.kill_at = now + grace
+        signalled = sum(ref.signal_group(signal.SIGTERM) for ref in self.refs)
+        log.info(
+            "gang %s; SIGTERM to %d process groups, SIGKILL in %.1fs", outcome, signalled, grace
+        )
+
+    def settled(self) -> bool:
+        if self.outcome is None:
+            return False
+        if self.give_up_at is not None and time.monotonic() >= self.give_up_at:
+            log.warning("processes survive SIGKILL (uninterruptible?); recording anyway")
+            return True
+        return not self.running and not any(ref.group_exists() for ref in self.refs)
+
+    def sleep(self) -> None:
+        timeout = IDLE_TICK
+        if self.outcome is not None:
+            timeout = STOPPING_TICK
+        elif self.deadline is not None:
+            timeout = max(0.0, min(timeout, self.deadline - time.monotonic()))
+        ready, _, _ = select.select([self.signals.wake_fd], [], [], timeout)
+        if ready:
+            with contextlib.suppress(BlockingIOError):
+                while os.read(self.signals.wake_fd, 512):
+                    pass
+
+    def finish(self) -> AttemptExit:
+        kill_escaped_descendants()
+        self.reap()
+        exit_code = None
+        if self.outcome == SUCCEEDED:
+            exit_code = 0
+        elif self.outcome == FAILED and self.first_failed is not None:
+            exit_code = self.codes[self.first_failed]
+        result = AttemptExit(
+            job_id=self.launch.job_id,
+            attempt=self.launch.attempt,
+            outcome=self.outcome or FAILED,
+            exit_code=exit_code,
+            worker_codes=list(self.codes),
+            finished_at=time.time(),
+        )
+        write_json_atomic(self.run.file("status.json"), result.to_dict())
+        log.info("attempt %s: exit code %s, workers %s", result.outcome, exit_code, self.codes)
+        return result
+
+
+def kill_escaped_descendants() -> None:
+    """SIGKILL what a worker moved out of its process group (setsid); as subreaper we
+    inherited it, so it is still among our descendants."""
+    for proc in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            log.info("killing escaped process %d (%s)", proc.pid, proc.name())
+            proc.kill()
+
+
+def become_subreaper() -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+            log.warning("prctl(PR_SET_CHILD_SUBREAPER): errno %d", ctypes.get_errno())
+    except (OSError, AttributeError) as err:  # not Linux
+        log.warning("cannot become a subreaper: %s", err)
+
+
+@dataclass(slots=True)
+class Signals:
+    """What the signal handlers tell the loop: a stop was asked for, and a fd to wake on."""
+
+    wake_fd: int
+    stop_requested: bool = False
+
+    def handle(self, signum: int, _frame: object) -> None:
+        # SIGCHLD only needs to wake the loop, which the wakeup fd already does.
+        if signum != signal.SIGCHLD:
+            self.stop_requested = True
+
+    @classmethod
+    def install(cls) -> Signals:
+        """Installed before anything else, so an early terminate() is not lost."""
+        read_fd, write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        # The C-level handler writes every caught signal to write_fd, so a signal arriving
+        # just before select() still makes it return at once.
+        signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        signals = cls(read_fd)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
+            signal.signal(sig, signals.handle)
+        return signals
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m corral.executors.supervisor RUN_DIR", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s supervisor[%(process)d] %(levelname)s %(message)s"
+    )
+    run = RunDir.from_path(Path(args[0]))
+    signals = Signals.install()
+    become_subreaper()
+    write_json_atomic(run.file("supervisor.pid"), ProcessRef.of(os.getpid()).to_dict())
+    if run.file("status.json").exists():
+        log.info("attempt already has a status; nothing to do")
+        return 0
+    launch = Launch.from_dict(read_json(run.file("launch.json")))
+    # terminate() may have run before our handler existed; its request is on disk.
+    signals.stop_requested |= run.file("stop.json").exists()
+    supervisor = Supervisor(run, launch, signals)
+    try:
+        supervisor.supervise()
+    except BaseException:
+        # Without us nobody would ever reap or stop them; poll() will report the attempt lost.
+        log.exception("supervisor failed; killing the gang")
+        kill_groups(supervisor.refs, signal.SIGKILL)
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
