@@ -131,6 +131,17 @@ def _yaml_error(e: yaml.YAMLError, source: str) -> FormatError:
     return FormatError(f"{source}:{mark.line + 1}:{mark.column + 1}: invalid YAML: {problem}")
 
 
+def _json_or_error(text: str, source: str, e: yaml.YAMLError) -> Any:
+    """JSON with tabs is not YAML: try it as JSON, and blame the parser that got further."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as j:
+        mark = getattr(e, "problem_mark", None)
+        if mark is not None and mark.index >= j.pos:
+            raise _yaml_error(e, source) from None
+        raise FormatError(f"{source}:{j.lineno}:{j.colno}: invalid JSON: {j.msg}") from None
+
+
 def load_yaml(text: str, source: str) -> tuple[Any, dict[Loc, int]]:
     """Parse YAML (or JSON, which YAML contains) into data and a map key-path -> line."""
     loader = _Loader(text)
@@ -143,12 +154,8 @@ def load_yaml(text: str, source: str) -> tuple[Any, dict[Loc, int]]:
         _node_lines(loader, node, (), lines)
         return data, lines
     except yaml.YAMLError as e:
-        # JSON with tab indentation is not YAML; accept it as JSON before blaming the syntax.
         if text.lstrip()[:1] in ("{", "["):
-            try:
-                return json.loads(text), {}
-            except ValueError:
-                pass
+            return _json_or_error(text, source, e), {}
         raise _yaml_error(e, source) from None
     finally:
         loader.dispose()

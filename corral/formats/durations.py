@@ -37,7 +37,10 @@ def seconds(value: Any) -> float:
 
 
 def positive_seconds(value: Any) -> float:
-    total = seconds(value)
+    try:
+        total = seconds(value)
+    except ValueError:
+        total = 0.0
     if total <= 0:
         raise ValueError(f"must be a duration > 0 ({FORMS}), got {show(value)}")
     return total

@@ -59,24 +59,14 @@ def _regex(value: Any) -> str:
     return value
 
 
-def _option(value: Any) -> bool:
-    if isinstance(value, bool | str):
-        return True
-    number = (int, float)
-    if isinstance(value, list):
-        return all(isinstance(v, number) and not isinstance(v, bool) for v in value)
-    return isinstance(value, number)
-
-
-def _options(value: Any) -> dict[str, object]:
-    if not isinstance(value, dict):
-        raise ValueError(f"must be a mapping of option names to values, got {show(value)}")
-    for key, val in value.items():
-        if not isinstance(key, str) or not _option(val):
-            raise ValueError(
-                f"{key}: must be a number, string, boolean or list of numbers, got {show(val)}"
-            )
-    return dict(value)
+def _option(value: Any) -> object:
+    ok = isinstance(value, int | float | str) or (
+        isinstance(value, list)
+        and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
+    )
+    if not ok:
+        raise ValueError(f"must be a number, string, boolean or list of numbers, got {show(value)}")
+    return value
 
 
 Share = Annotated[float, BeforeValidator(_share)]
@@ -104,7 +94,7 @@ class SchedulerModel(_Strict):
     placement: Literal["pack", "spread"] = "pack"
     preempt_grace: Duration = _DEFAULT.preempt_grace
     preempt_min_runtime: Duration = _DEFAULT.preempt_min_runtime
-    options: Annotated[dict[str, object], BeforeValidator(_options)] = Field(default_factory=dict)
+    options: dict[str, Annotated[object, BeforeValidator(_option)]] = Field(default_factory=dict)
 
     def apply(self, base: SchedulerConfig = _DEFAULT) -> SchedulerConfig:
         """`base` with the keys this section sets; options merge, this section's keys winning."""
