@@ -1,0 +1,245 @@
+"""The HTTP API (FastAPI; OpenAPI at /docs). Pydantic lives only here, at the edge.
+
+Every error is a 4xx with {"detail": "<one line saying what is wrong>"}; nothing is written
+unless the whole request is accepted.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import Body, Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, Field
+
+from corral.formats.jobspec import parse_jobspec
+from corral.formats.types import FormatError
+from corral.server.auth import Principal
+from corral.server.controlplane import ControlPlane, Refused
+from corral.server.views import Views
+
+JOB_STATES = ("pending", "running", "succeeded", "failed", "cancelled")
+_PLACEHOLDER_NAME = "unnamed"  # lets a spec without a name parse; the job id replaces it
+
+SPEC_EXAMPLE = {
+    "name": "llama-sft",
+    "project": "vision",
+    "priority": 0,
+    "command": "python train.py --lr 3e-4",
+    "env": {"WANDB_MODE": "offline"},
+    "resources": {"accelerator": "h100", "per_worker": 8, "workers": 2},
+    "max_restarts": 1,
+    "max_runtime": "72h",
+}
+
+
+class TokenRequest(BaseModel):
+    user: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.@-]+$")
+    admin: bool = False
+
+
+class TokenCreated(BaseModel):
+    user: str
+    admin: bool
+    token: str
+
+
+class Refusal(BaseModel):
+    detail: str
+
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": Refusal} for code in (401, 403, 404, 409, 422)
+}
+
+
+def _one_line(err: RequestValidationError) -> str:
+    first = err.errors()[0] if err.errors() else {"loc": (), "msg": "invalid request"}
+    where = ".".join(str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path"))
+    return f"{where}: {first.get('msg', 'invalid')}" if where else str(first.get("msg"))
+
+
+_bearer = HTTPBearer(auto_error=False, description="a token from `corral token create`")
+
+
+def _who(
+    request: Request,
+    creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
+    if creds is None or creds.scheme.lower() != "bearer":
+        raise Refused(401, "missing bearer token (set CORRAL_TOKEN or CORRAL_TOKEN_FILE)")
+    found = request.app.state.cp.tokens.check(creds.credentials)
+    if found is None:
+        raise Refused(401, "invalid token")
+    return found
+
+
+# Module level: FastAPI resolves these (string) annotations against the module's globals.
+User = Annotated[Principal, Depends(_who)]
+
+
+def _default_resources(data: dict[str, Any], types: list[str]) -> None:
+    """Fill what a one-type pool makes obvious: the accelerator, and 1 per worker."""
+    res = data.get("resources", {})
+    if not isinstance(res, dict):
+        return  # the parser says what is wrong with it
+    res = dict(res)
+    if "accelerator" not in res and len(types) == 1:
+        res["accelerator"] = types[0]
+    res.setdefault("per_worker", 1)
+    data["resources"] = res
+
+
+def create_app(cp: ControlPlane) -> FastAPI:
+    app = FastAPI(
+        title="corral",
+        version="0.1.0",
+        description="Fair-share gang scheduler: submit, watch and cancel jobs on a GPU pool.",
+    )
+    views = Views(cp)
+    app.state.cp = cp
+
+    @app.exception_handler(Refused)
+    def _refused(_: Request, err: Refused) -> JSONResponse:
+        return JSONResponse({"detail": err.message}, status_code=err.status)
+
+    @app.exception_handler(RequestValidationError)
+    def _invalid(_: Request, err: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": _one_line(err)}, status_code=422)
+
+
+    @app.get("/healthz", tags=["meta"])
+    def healthz() -> dict[str, Any]:
+        return {"ok": True}
+
+    @app.get("/metrics", tags=["meta"], response_class=Response)
+    def metrics() -> Response:
+        return Response(cp.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    @app.get("/", include_in_schema=False, response_class=HTMLResponse)
+    def home() -> str:
+        return _HOME
+
+    @app.get("/v1/whoami", tags=["meta"])
+    def whoami(user: User) -> dict[str, Any]:
+        return {
+            "user": user.user,
+            "admin": cp.is_admin(user),
+            "projects": cp.quota.projects_of(user.user),
+        }
+
+    @app.post("/v1/jobs", status_code=201, tags=["jobs"], responses=_ERRORS)
+    def submit(
+        user: User,
+        spec: Annotated[
+            dict[str, Any],
+            Body(
+                description="a job spec (DESIGN §2); name and project are optional",
+                examples=[SPEC_EXAMPLE],
+            ),
+        ],
+    ) -> dict[str, Any]:
+        data = dict(spec)
+        auto_name = "name" not in data
+        if auto_name:
+            data["name"] = _PLACEHOLDER_NAME
+        if "project" not in data:
+            data["project"] = cp.default_project(user)
+        _default_resources(data, sorted({n.accelerator for n in cp.inventory.nodes}))
+        try:
+            parsed = parse_jobspec(data, "job spec")
+        except FormatError as err:
+            raise Refused(422, str(err)) from None
+        row = cp.submit(user, parsed, auto_name)
+        with cp.locked():
+            return views.job_summary(row)
+
+    @app.get("/v1/jobs", tags=["jobs"], responses=_ERRORS)
+    def list_jobs(
+        user: User,
+        state: Annotated[list[str] | None, Query(description="filter; repeatable")] = None,
+        all: Annotated[bool, Query(description="every user's jobs (admins)")] = False,  # noqa: A002
+        limit: Annotated[int, Query(ge=1, le=100_000)] = 1000,
+    ) -> list[dict[str, Any]]:
+        for s in state or ():
+            if s not in JOB_STATES:
+                raise Refused(422, f"state: {s!r} is not one of {', '.join(JOB_STATES)}")
+        return views.jobs(user, state, all, limit)
+
+    @app.get("/v1/jobs/{job}", tags=["jobs"], responses=_ERRORS)
+    def show(user: User, job: str) -> dict[str, Any]:
+        return views.job_detail(views.find(user, job))
+
+    @app.post("/v1/jobs/{job}/cancel", tags=["jobs"], responses=_ERRORS)
+    def cancel(user: User, job: str) -> dict[str, Any]:
+        row = cp.cancel(user, views.find(user, job).id)
+        with cp.locked():
+            return views.job_summary(row)
+
+    @app.get("/v1/jobs/{job}/events", tags=["jobs"], responses=_ERRORS)
+    def events(user: User, job: str) -> list[dict[str, Any]]:
+        row = views.find(user, job)
+        return [
+            {"t": e.t, "event": e.event, "job": e.job, "project": e.project, **e.data}
+            for e in cp.store.events(job=row.id)
+        ]
+
+    @app.get(
+        "/v1/jobs/{job}/logs",
+        tags=["jobs"],
+        responses=_ERRORS,
+        response_class=Response,
+        description="Raw bytes of one worker's log from `offset`. Headers: X-Corral-Offset "
+        "(next offset), X-Corral-Attempt, X-Corral-Done (1: the attempt ended and all was "
+        "read), X-Corral-State (the job's state).",
+    )
+    def logs(
+        user: User,
+        job: str,
+        worker: Annotated[int, Query(ge=0)] = 0,
+        attempt: Annotated[int | None, Query(ge=0)] = None,
+        offset: Annotated[int, Query(ge=0)] = 0,
+    ) -> Response:
+        row = views.find(user, job)
+        data, nxt, chosen, done = views.logs(row, worker, attempt, offset)
+        state = cp.live[row.id].state if row.id in cp.live else row.state
+        headers = {
+            "X-Corral-Offset": str(nxt),
+            "X-Corral-Attempt": str(chosen),
+            "X-Corral-Done": "1" if done else "0",
+            "X-Corral-State": state,
+        }
+        return Response(data, media_type="application/octet-stream", headers=headers)
+
+    @app.get("/v1/queue", tags=["queue"], responses=_ERRORS)
+    def queue(user: User, project: str | None = None) -> list[dict[str, Any]]:
+        return views.queue(user, project)
+
+    @app.get("/v1/quota", tags=["queue"], responses=_ERRORS)
+    def quota(user: User) -> dict[str, Any]:
+        return views.quota(user)
+
+    @app.get("/v1/nodes", tags=["queue"], responses=_ERRORS)
+    def nodes(user: User) -> list[dict[str, Any]]:
+        return views.nodes()
+
+    @app.post("/v1/tokens", status_code=201, tags=["admin"], responses=_ERRORS)
+    def create_token(user: User, req: TokenRequest) -> TokenCreated:
+        if not cp.is_admin(user):
+            raise Refused(403, "only admins may create tokens")
+        return TokenCreated(
+            user=req.user, admin=req.admin, token=cp.tokens.create(req.user, req.admin)
+        )
+
+    return app
+
+
+_HOME = """<!doctype html><meta charset="utf-8"><title>corral</title>
+<body style="font-family: sans-serif; max-width: 40em; margin: 2em auto">
+<h1>corral</h1>
+<p>A fair-share gang scheduler. Use the <code>corral</code> command
+(<code>CORRAL_URL</code>, <code>CORRAL_TOKEN</code>), or the HTTP API:
+<a href="/docs">API reference</a>, <a href="/metrics">metrics</a>.</p>
+</body>"""

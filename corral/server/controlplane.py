@@ -1,0 +1,591 @@
+"""The live control plane: the store, the in-memory snapshot, the executor, and the loop.
+
+The store is the truth; the Snapshot and the `live` records mirror its pending and running jobs
+so a cycle costs what changed. Every change follows one pattern: check, write one transaction,
+then update memory, then act on the outside world (executor). A crash between any two steps
+leaves a store that `_recover` can finish from:
+
+- a start writes the job as running and its attempt as "launching" BEFORE executor.launch; on
+  restart an attempt still "launching" that the executor does not know is launched again
+  (launch is idempotent per attempt, so a half-done launch is never done twice);
+- an exit is written, then acknowledged to the executor; an exit reported again for an attempt
+  the store already closed is only acknowledged;
+- an attempt the store has as live that the executor neither runs nor has an exit for is
+  "lost": its job goes back to the queue as the next attempt, like a preemption.
+
+All methods that touch state take `self._lock`; the API calls them from its worker threads,
+the loop from its own thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from corral.core.model import Decision, Job, Preempt, Start
+from corral.core.snapshot import Snapshot
+from corral.executors.base import (
+    FAILED,
+    LOST,
+    SUCCEEDED,
+    TIMEOUT,
+    AttemptExit,
+    Executor,
+    Launch,
+    WorkerLaunch,
+)
+from corral.formats.types import FormatError, JobSpec, Quota
+from corral.server.auth import Principal, TokenBook
+from corral.server.inventory import Inventory, free_port
+from corral.server.metrics import Metrics
+from corral.server.quotafile import DEFAULT_PROJECT, QuotaSource
+from corral.server.store import (
+    FINAL_STATES,
+    LIVE_STATES,
+    AttemptRow,
+    JobRow,
+    PlacementRow,
+    Store,
+)
+
+log = logging.getLogger("corral.server")
+
+POLL_INTERVAL = 0.1  # seconds between looks for finished attempts
+MAX_CYCLE_GAP = 2.0  # a full scheduling cycle at least this often, even with no event
+
+
+class Refused(Exception):
+    """A request the control plane will not carry out; `status` is the HTTP code to answer."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(slots=True)
+class Verdict:
+    """What an attempt's end means for its job."""
+
+    state: str  # the job's next state: pending (requeued) or a final state
+    event: str | None  # event to record, if any (cancel was recorded when it was asked)
+    message: str
+    restart: bool = False  # counts against max_restarts
+    preempted: bool = False  # counts as a preemption
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+def core_job(row: JobRow) -> Job:
+    spec = row.spec
+    return Job(
+        id=row.id,
+        name=row.name,
+        project=row.project,
+        user=row.user,
+        priority=row.priority,
+        resources=spec.resources,
+        submit_time=row.submitted_at,
+        preemptible=spec.preemptible,
+        max_runtime=spec.max_runtime,
+        run_time=row.run_time,
+        attained=row.attained,
+        wait_since=row.wait_since,
+        preemptions=row.preemptions,
+    )
+
+
+def verdict(row: JobRow, attempt: AttemptRow, ex: AttemptExit) -> Verdict:
+    """The job's fate after one attempt ended. Pure, so the rules read in one place."""
+    if row.cancel_requested:
+        return Verdict("cancelled", None, "cancelled")
+    if attempt.stop_reason == "preempt":
+        # Requeued whatever the exit code: a job that checkpoints on SIGTERM and exits 0 has
+        # not finished its work (Slurm requeue and JobSet restart do the same).
+        return Verdict("pending", None, "preempted; back in the queue", preempted=True)
+    if ex.outcome == SUCCEEDED:
+        return Verdict("succeeded", "finish", "exited 0", data={"exit_code": 0})
+    if ex.outcome == LOST:
+        why = "lost: its supervisor vanished without an exit status; requeued"
+        return Verdict("pending", "preempt", why, preempted=True, data={"reason": why})
+    if ex.outcome == TIMEOUT:
+        limit = row.spec.max_runtime
+        why = f"killed after its max_runtime of {limit:g}s"
+        return Verdict("failed", "fail", why, data={"exit_code": ex.exit_code, "reason": why})
+    code = ex.exit_code
+    if row.restarts < row.spec.max_restarts:
+        n = row.restarts + 1
+        why = f"a worker exited {code}; gang restart {n} of {row.spec.max_restarts}"
+        data = {"exit_code": code, "restart": n, "reason": why}
+        return Verdict("pending", "fail", why, restart=True, data=data)
+    why = f"a worker exited {code}" if ex.outcome == FAILED else f"stopped ({ex.outcome})"
+    if row.spec.max_restarts:
+        why += f" after {row.restarts} restarts"
+    return Verdict("failed", "fail", why, data={"exit_code": code, "reason": why})
+
+
+class ControlPlane:
+    def __init__(
+        self,
+        store: Store,
+        executor: Executor,
+        inventory: Inventory,
+        quota: QuotaSource,
+        load_policy: Callable[..., Any],
+        decide: Callable[..., Decision],
+        check_admissible: Callable[[Snapshot, Job], str | None],
+    ):
+        self.store = store
+        self.tokens = TokenBook(store)
+        self.executor = executor
+        self.inventory = inventory
+        self.quota_source = quota
+        self.quota: Quota = quota.quota
+        self._load_policy = load_policy
+        self._decide = decide
+        self._check_admissible = check_admissible
+        self.policy = load_policy(self.quota.scheduler)
+        self.metrics = Metrics(store.counts_by_state, self._usage)
+        self._lock = threading.RLock()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_decide = 0.0
+        self._wake_at: float | None = None
+        # Mirrors of the store's live jobs; all changed only under the lock.
+        self.live: dict[str, JobRow] = {}
+        self.names: dict[str, str] = {}  # live job name -> id
+        self.attempts: dict[str, AttemptRow] = {}  # job id -> its live attempt
+        self.placed: dict[str, list[PlacementRow]] = {}  # job id -> where its workers run
+        self.seq = store.max_seq()
+        self.decision = Decision()
+        self.snap = Snapshot(inventory.nodes, self.quota, queue_key=self.policy.queue_key)
+        self._recover()
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="corral-loop", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the loop. Running jobs keep running: their supervisors outlive us."""
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            woken = self._wake.wait(POLL_INTERVAL)
+            self._wake.clear()
+            if self._stopping.is_set():
+                break
+            try:
+                self.cycle(force=woken)
+            except Exception:  # one bad cycle must not stop scheduling; it is retried
+                log.exception("scheduling cycle failed")
+                time.sleep(POLL_INTERVAL)
+
+    def cycle(self, force: bool = True) -> None:
+        """Apply finished attempts; then, if anything may have changed, decide and act."""
+        t0 = time.perf_counter()
+        with self._lock:
+            changed = self._reload_quota()
+            changed |= self._drain_exits() > 0
+            now = time.time()
+            due = now - self._last_decide >= MAX_CYCLE_GAP or (
+                self._wake_at is not None and now >= self._wake_at
+            )
+            if not (force or changed or due):
+                return
+            self._schedule(now)
+        self.metrics.cycle_seconds.observe(time.perf_counter() - t0)
+
+    def _schedule(self, now: float) -> None:
+        self.snap.set_time(now)
+        decision = self._decide(self.snap, self.policy)
+        for p in decision.preemptions:
+            self._preempt(p, now)
+        for s in decision.starts:
+            self._start(s, now)
+        self.decision = decision
+        self._wake_at = decision.wake_at
+        self._last_decide = now
+
+    # -- quota -----------------------------------------------------------------------------------
+
+    def _reload_quota(self) -> bool:
+        quota = self.quota_source.poll()
+        if quota is None:
+            return False
+        old = self.quota.scheduler
+        self.quota = quota
+        if quota.scheduler != old:
+            try:
+                self.policy = self._load_policy(quota.scheduler)
+            except (FormatError, ImportError, ValueError) as err:
+                log.error("scheduler settings refused, keeping policy: %s", err)
+            # The policy's queue key orders the pending index: rebuild rather than patch.
+            self.snap = self._build_snapshot()
+        else:
+            self.snap.set_quota(quota)
+        return True
+
+    # -- recovery --------------------------------------------------------------------------------
+
+    def _recover(self) -> None:
+        """Rebuild memory from the store, then square it with what the executor reports."""
+        for row in self.store.jobs(states=LIVE_STATES):
+            self.live[row.id] = row
+            self.names[row.name] = row.id
+        for att in self.store.live_attempts():
+            self.attempts[att.job_id] = att
+            self.placed[att.job_id] = self.store.placements(att.job_id, att.attempt)
+            self.inventory.claim(self.placed[att.job_id])
+        self.snap = self._build_snapshot()
+        # active() before poll(): an attempt that ends in between shows up in poll(), so no
+        # live attempt can be missed by both and wrongly called lost.
+        active = set(self.executor.active())
+        exits = {(e.job_id, e.attempt): e for e in self.executor.poll()}
+        for job_id, att in list(self.attempts.items()):
+            key = (job_id, att.attempt)
+            if key in exits:
+                continue
+            if key in active:
+                self._adopt(job_id, att)
+            elif att.state == "launching":
+                log.warning("job %s attempt %d: relaunching (launch was interrupted)", *key)
+                self._launch(job_id)
+            else:
+                log.warning("job %s attempt %d: lost while the control plane was down", *key)
+                self._apply_exit(AttemptExit(job_id, att.attempt, LOST, None, [], time.time()))
+        for ex in exits.values():
+            self._apply_exit(ex)
+            self.executor.ack(ex.job_id, ex.attempt)
+
+    def _adopt(self, job_id: str, att: AttemptRow) -> None:
+        if att.state == "launching":
+            self._set_attempt_state(job_id, "running")
+        elif att.state == "terminating":
+            # The stop may not have reached the supervisor before the crash; terminate is
+            # idempotent, so ask again.
+            self.executor.terminate(job_id, att.attempt, grace=self.quota.scheduler.preempt_grace)
+
+    def _build_snapshot(self) -> Snapshot:
+        snap = Snapshot(self.inventory.nodes, self.quota, queue_key=self.policy.queue_key)
+        snap.set_time(time.time())
+        for row in sorted(self.live.values(), key=lambda r: r.seq):
+            snap.submit(core_job(row))
+            if row.state != "running":
+                continue
+            att = self.attempts[row.id]
+            nodes = [p.node for p in self.placed[row.id]]
+            try:
+                snap.start(row.id, nodes, att.started_at)
+            except (KeyError, ValueError) as err:
+                # The inventory shrank under a running job (e.g. fewer --fake-gpus): keep the
+                # job running and tracked in the store; the scheduler just cannot see it.
+                log.error("job %s runs on %s, which the inventory lacks: %s", row.id, nodes, err)
+                snap.pending.jobs.pop(row.id, None)
+                continue
+            if att.state == "terminating":
+                snap.mark_terminating(row.id)
+        return snap
+
+    # -- submit and cancel -----------------------------------------------------------------------
+
+    def submit(self, who: Principal, spec: JobSpec, auto_name: bool) -> JobRow:
+        """Queue a parsed spec for `who`. Raises Refused with the status and a one-line reason."""
+        with self._lock:
+            quota = self.quota
+            if not quota.is_member(who.user, spec.project):
+                mine = ", ".join(quota.projects_of(who.user)) or "none"
+                raise Refused(
+                    403,
+                    f"user {who.user} is not a member of project {spec.project!r}"
+                    f" (member of: {mine})",
+                )
+            try:
+                priority = quota.resolve_priority(spec.priority)
+            except FormatError as err:
+                raise Refused(422, str(err)) from None
+            job_id = f"j{self.seq + 1}"
+            if auto_name:
+                spec = replace(spec, name=job_id)
+            if spec.name in self.names:
+                other = self.live[self.names[spec.name]]
+                raise Refused(
+                    409, f"name {spec.name!r} is taken by live job {other.id} ({other.state})"
+                )
+            now = time.time()
+            row = JobRow(
+                id=job_id,
+                seq=self.seq + 1,
+                name=spec.name,
+                project=spec.project,
+                user=who.user,
+                priority=priority,
+                spec=spec,
+                state="pending",
+                submitted_at=now,
+                wait_since=now,
+            )
+            job = core_job(row)
+            self.snap.set_time(now)
+            why = self._check_admissible(self.snap, job)
+            if why:
+                self._record_reject(now, row, why)
+                raise Refused(422, why)
+            with self.store.tx() as tx:
+                tx.insert_job(row)
+                tx.event(now, "submit", job_id, row.project, name=row.name, user=row.user)
+            self.seq += 1
+            self.snap.submit(job)
+            self.live[job_id] = row
+            self.names[row.name] = job_id
+        self.metrics.events.labels("submit").inc()
+        self._wake.set()
+        return row
+
+    def _record_reject(self, now: float, row: JobRow, why: str) -> None:
+        with self.store.tx() as tx:
+            tx.event(now, "reject", None, row.project, name=row.name, user=row.user, reason=why)
+        self.metrics.events.labels("reject").inc()
+
+    def cancel(self, who: Principal, job_id: str) -> JobRow:
+        with self._lock:
+            row = self.live.get(job_id)
+            if row is None:
+                stored = self.store.job(job_id)
+                if stored is None:
+                    raise Refused(404, f"no job {job_id}")
+                self.check_owner(who, stored)
+                raise Refused(409, f"job {job_id} already {stored.state}")
+            self.check_owner(who, row)
+            if row.state == "pending":
+                self._cancel_pending(who, row)
+            elif not row.cancel_requested:
+                self._cancel_running(who, row)
+        self._wake.set()
+        return row
+
+    def _cancel_pending(self, who: Principal, row: JobRow) -> None:
+        now = time.time()
+        message = f"cancelled by {who.user} while pending"
+        with self.store.tx() as tx:
+            tx.update_job(row.id, state="cancelled", finished_at=now, message=message)
+            tx.event(now, "cancel", row.id, row.project, by=who.user)
+        self.snap.withdraw(row.id)
+        row.state, row.finished_at, row.message = "cancelled", now, message
+        self._forget(row)
+        self.metrics.events.labels("cancel").inc()
+
+    def _cancel_running(self, who: Principal, row: JobRow) -> None:
+        now = time.time()
+        att = self.attempts[row.id]
+        with self.store.tx() as tx:
+            tx.update_job(row.id, cancel_requested=True, message=f"cancelled by {who.user}")
+            if att.state != "terminating":
+                tx.update_attempt(row.id, att.attempt, state="terminating", stop_reason="cancel")
+            tx.event(now, "cancel", row.id, row.project, by=who.user)
+        row.cancel_requested, row.message = True, f"cancelled by {who.user}"
+        if att.state != "terminating":
+            att.state, att.stop_reason = "terminating", "cancel"
+            if row.id in self.snap.running:
+                self.snap.mark_terminating(row.id)
+        self.executor.terminate(row.id, att.attempt, grace=self.quota.scheduler.preempt_grace)
+        self.metrics.events.labels("cancel").inc()
+
+    # -- access ----------------------------------------------------------------------------------
+
+    def is_admin(self, who: Principal) -> bool:
+        return who.admin or who.user in self.quota.admins
+
+    def check_owner(self, who: Principal, row: JobRow) -> None:
+        if row.user != who.user and not self.is_admin(who):
+            raise Refused(403, f"job {row.id} belongs to another user")
+
+    def default_project(self, who: Principal) -> str:
+        """The project a spec without one goes to: the user's only project, or "default"."""
+        mine = self.quota.projects_of(who.user)
+        if len(mine) == 1:
+            return mine[0]
+        if DEFAULT_PROJECT in mine:
+            return DEFAULT_PROJECT
+        listed = ", ".join(mine) or "none"
+        raise Refused(422, f"project: required; you are a member of: {listed}")
+
+    # -- starting and stopping attempts ----------------------------------------------------------
+
+    def _start(self, start: Start, now: float) -> None:
+        row = self.live[start.job_id]
+        res = row.spec.resources
+        gpus = self.inventory.assign(start.nodes, res.per_worker)
+        placed = [
+            PlacementRow(i, i // res.workers, node, devices)
+            for i, (node, devices) in enumerate(zip(start.nodes, gpus, strict=True))
+        ]
+        port = free_port()
+        self.snap.start(row.id, start.nodes, now)  # validates the placement before we write
+        with self.store.tx() as tx:
+            tx.update_job(row.id, state="running", started_at=now, message="")
+            tx.insert_attempt(row.id, row.attempt, now, port)
+            tx.insert_placements(row.id, row.attempt, placed)
+            tx.event(
+                now, "start", row.id, row.project, nodes=list(start.nodes), attempt=row.attempt
+            )
+        self.inventory.claim(placed)
+        row.state, row.started_at, row.message = "running", now, ""
+        self.attempts[row.id] = AttemptRow(row.id, row.attempt, "launching", None, port, now)
+        self.placed[row.id] = placed
+        self.metrics.events.labels("start").inc()
+        if row.attempt == 0:
+            self.metrics.submit_to_running.observe(now - row.submitted_at)
+        self._launch(row.id)
+
+    def _launch(self, job_id: str) -> None:
+        row, att = self.live[job_id], self.attempts[job_id]
+        try:
+            self.executor.launch(self._launch_spec(row, att, self.placed[job_id]))
+        except Exception as err:  # the executor could not even start it: a failed attempt
+            log.exception("job %s attempt %d: launch failed", job_id, att.attempt)
+            ex = AttemptExit(job_id, att.attempt, FAILED, None, [], time.time())
+            self._apply_exit(ex, note=f"launch failed: {err}")
+            return
+        self._set_attempt_state(job_id, "running")
+
+    def _launch_spec(self, row: JobRow, att: AttemptRow, placed: list[PlacementRow]) -> Launch:
+        spec = row.spec
+        return Launch(
+            job_id=row.id,
+            name=row.name,
+            project=row.project,
+            user=row.user,
+            attempt=att.attempt,
+            command=spec.command,
+            env=dict(spec.env),
+            workers=[WorkerLaunch(p.worker, p.slice_id, p.node, p.gpus) for p in placed],
+            workers_per_slice=spec.resources.workers,
+            num_slices=spec.resources.slices,
+            master_port=att.master_port or 0,
+            max_runtime=spec.max_runtime,
+            grace=self.quota.scheduler.preempt_grace,
+        )
+
+    def _set_attempt_state(self, job_id: str, state: str) -> None:
+        att = self.attempts[job_id]
+        with self.store.tx() as tx:
+            tx.update_attempt(job_id, att.attempt, state=state)
+        att.state = state
+
+    def _preempt(self, p: Preempt, now: float) -> None:
+        row, att = self.live[p.job_id], self.attempts[p.job_id]
+        if att.state == "terminating":
+            return
+        preemptor = self.live.get(p.preemptor)
+        by = f"{p.preemptor} ({preemptor.name})" if preemptor else p.preemptor
+        with self.store.tx() as tx:
+            tx.update_attempt(row.id, att.attempt, state="terminating", stop_reason="preempt")
+            tx.update_job(row.id, message=f"preempted for {by}: {p.reason}")
+            tx.event(now, "preempt", row.id, row.project, reason=p.reason, preemptor=p.preemptor)
+        att.state, att.stop_reason = "terminating", "preempt"
+        row.message = f"preempted for {by}: {p.reason}"
+        self.snap.mark_terminating(row.id)
+        self.executor.terminate(row.id, att.attempt, grace=self.quota.scheduler.preempt_grace)
+        self.metrics.events.labels("preempt").inc()
+
+    # -- exits -----------------------------------------------------------------------------------
+
+    def _drain_exits(self) -> int:
+        exits = self.executor.poll()
+        for ex in exits:
+            self._apply_exit(ex)
+            # Only once the store has it: a crash before this line reports it again, and the
+            # attempt, already closed in the store, is then just acknowledged.
+            self.executor.ack(ex.job_id, ex.attempt)
+        return len(exits)
+
+    def _apply_exit(self, ex: AttemptExit, note: str = "") -> None:
+        att = self.attempts.get(ex.job_id)
+        if att is None or att.attempt != ex.attempt:
+            return  # already recorded before a restart
+        row = self.live[ex.job_id]
+        v = verdict(row, att, ex)
+        message = note or v.message
+        ran = max(0.0, ex.finished_at - att.started_at)
+        run_time = row.run_time + ran
+        attained = row.attained + ran * row.spec.resources.total
+        job_fields: dict[str, Any] = {"state": v.state, "message": message}
+        job_fields |= {"run_time": run_time, "attained": attained}
+        if v.state == "pending":
+            job_fields |= {
+                "attempt": row.attempt + 1,
+                "restarts": row.restarts + int(v.restart),
+                "preemptions": row.preemptions + int(v.preempted),
+                "wait_since": ex.finished_at,
+            }
+        else:
+            job_fields |= {"exit_code": ex.exit_code, "finished_at": ex.finished_at}
+        with self.store.tx() as tx:
+            tx.update_attempt(
+                row.id,
+                att.attempt,
+                state=ex.outcome,
+                finished_at=ex.finished_at,
+                exit_code=ex.exit_code,
+                worker_codes=ex.worker_codes,
+                message=message,
+            )
+            tx.update_job(row.id, **job_fields)
+            if v.event:
+                tx.event(
+                    ex.finished_at, v.event, row.id, row.project, attempt=att.attempt, **v.data
+                )
+        for key, value in job_fields.items():
+            setattr(row, key, value)
+        self._release(row.id)
+        if v.event:
+            self.metrics.events.labels(v.event).inc()
+        if v.state == "pending":
+            self.snap.submit(core_job(row))
+        else:
+            self._forget(row)
+
+    def _release(self, job_id: str) -> None:
+        if job_id in self.snap.running:
+            self.snap.stop(job_id)
+        self.attempts.pop(job_id, None)
+        self.inventory.release(self.placed.pop(job_id, []))
+
+    def _forget(self, row: JobRow) -> None:
+        self.live.pop(row.id, None)
+        if self.names.get(row.name) == row.id:
+            del self.names[row.name]
+
+    # -- reads used by views and metrics ----------------------------------------------------------
+
+    def _usage(self) -> dict[str, dict[str, int]]:
+        with self._lock:
+            return {p: dict(c) for p, c in self.snap.usage.items() if c}
+
+    def locked(self) -> threading.RLock:
+        return self._lock
+
+    def final(self, row: JobRow) -> bool:
+        return row.state in FINAL_STATES
+
+
+def state_dir_paths(state_dir: Path) -> dict[str, Path]:
+    return {
+        "db": state_dir / "corral.db",
+        "token": state_dir / "admin.token",
+        "logs": state_dir / "logs",
+    }

@@ -1,0 +1,441 @@
+"""The control plane's durable state: jobs, attempts, placements, events and tokens in SQLite.
+
+Every state change goes through one `Store.tx()` block, which is one SQLite transaction: a
+SIGKILL at any instant leaves the database as it was before or after the change, never between.
+The database runs in WAL mode with synchronous=NORMAL: a commit survives the process being
+killed (the WAL is in the OS page cache); only a power loss or kernel crash can drop the last
+few commits. That is the tradeoff that makes a submission cost tens of microseconds, not an
+fsync (docs/live.md).
+
+One connection writes, and only under the control plane's lock; readers use a connection per
+thread, which WAL lets run beside the writer.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from corral.formats.types import JobSpec, Resources
+
+LIVE_STATES = ("pending", "running")
+FINAL_STATES = ("succeeded", "failed", "cancelled")
+LIVE_ATTEMPT_STATES = ("launching", "running", "terminating")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL UNIQUE,
+    name TEXT NOT NULL,
+    project TEXT NOT NULL,
+    user TEXT NOT NULL,
+    priority INTEGER NOT NULL,
+    spec TEXT NOT NULL,
+    state TEXT NOT NULL,
+    message TEXT NOT NULL DEFAULT '',
+    attempt INTEGER NOT NULL DEFAULT 0,
+    restarts INTEGER NOT NULL DEFAULT 0,
+    preemptions INTEGER NOT NULL DEFAULT 0,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    exit_code INTEGER,
+    submitted_at REAL NOT NULL,
+    wait_since REAL NOT NULL,
+    started_at REAL,
+    finished_at REAL,
+    run_time REAL NOT NULL DEFAULT 0,
+    attained REAL NOT NULL DEFAULT 0
+);
+-- The database itself refuses two live jobs with one name, whatever the caller checked.
+CREATE UNIQUE INDEX IF NOT EXISTS jobs_live_name ON jobs(name)
+    WHERE state IN ('pending', 'running');
+CREATE INDEX IF NOT EXISTS jobs_user ON jobs(user, seq);
+CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state, seq);
+CREATE TABLE IF NOT EXISTS attempts (
+    job_id TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    stop_reason TEXT,
+    master_port INTEGER,
+    started_at REAL NOT NULL,
+    finished_at REAL,
+    exit_code INTEGER,
+    worker_codes TEXT,
+    message TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (job_id, attempt)
+);
+CREATE INDEX IF NOT EXISTS attempts_live ON attempts(state);
+CREATE TABLE IF NOT EXISTS placements (
+    job_id TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    worker INTEGER NOT NULL,
+    slice_id INTEGER NOT NULL,
+    node TEXT NOT NULL,
+    gpus TEXT NOT NULL,
+    PRIMARY KEY (job_id, attempt, worker)
+);
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    t REAL NOT NULL,
+    event TEXT NOT NULL,
+    job TEXT,
+    project TEXT,
+    data TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX IF NOT EXISTS events_job ON events(job);
+CREATE TABLE IF NOT EXISTS tokens (
+    hash TEXT PRIMARY KEY,
+    user TEXT NOT NULL,
+    admin INTEGER NOT NULL,
+    created_at REAL NOT NULL
+);
+"""
+
+
+# -- records -----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class JobRow:
+    id: str
+    seq: int
+    name: str
+    project: str
+    user: str
+    priority: int
+    spec: JobSpec
+    state: str
+    message: str = ""
+    attempt: int = 0
+    restarts: int = 0
+    preemptions: int = 0
+    cancel_requested: bool = False
+    exit_code: int | None = None
+    submitted_at: float = 0.0
+    wait_since: float = 0.0
+    started_at: float | None = None
+    finished_at: float | None = None
+    run_time: float = 0.0
+    attained: float = 0.0
+
+    @classmethod
+    def from_sql(cls, row: sqlite3.Row) -> JobRow:
+        values = dict(row)
+        values["spec"] = spec_from_json(values["spec"])
+        values["cancel_requested"] = bool(values["cancel_requested"])
+        return cls(**values)
+
+
+@dataclass(slots=True)
+class AttemptRow:
+    job_id: str
+    attempt: int
+    state: str
+    stop_reason: str | None
+    master_port: int | None
+    started_at: float
+    finished_at: float | None = None
+    exit_code: int | None = None
+    worker_codes: list[int | None] | None = None
+    message: str = ""
+
+    @classmethod
+    def from_sql(cls, row: sqlite3.Row) -> AttemptRow:
+        values = dict(row)
+        codes = values["worker_codes"]
+        values["worker_codes"] = json.loads(codes) if codes else None
+        return cls(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementRow:
+    worker: int
+    slice_id: int
+    node: str
+    gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRow:
+    hash: str
+    user: str
+    admin: bool
+
+
+@dataclass(frozen=True, slots=True)
+class EventRow:
+    seq: int
+    t: float
+    event: str
+    job: str | None
+    project: str | None
+    data: dict[str, Any]
+
+
+# -- the job spec as stored ----------------------------------------------------------------------
+
+
+def spec_to_json(spec: JobSpec) -> str:
+    data = asdict(spec)
+    if isinstance(spec.command, tuple):
+        data["command"] = list(spec.command)
+    return json.dumps(data, sort_keys=True)
+
+
+def spec_from_json(text: str) -> JobSpec:
+    """Rebuild a spec that was validated when it was submitted: no second validation, so a
+    stricter parser in a later version can never strand a job already in the store."""
+    data = json.loads(text)
+    command = data["command"]
+    return JobSpec(
+        name=data["name"],
+        project=data["project"],
+        resources=Resources(**data["resources"]),
+        command=command if isinstance(command, str) else tuple(command),
+        priority=data["priority"],
+        env=dict(data["env"]),
+        max_restarts=data["max_restarts"],
+        preemptible=data["preemptible"],
+        max_runtime=data["max_runtime"],
+        kind=data["kind"],
+    )
+
+
+# -- writes --------------------------------------------------------------------------------------
+
+
+class Tx:
+    """The writes of one transaction. Only `Store.tx()` makes one."""
+
+    __slots__ = ("_cur",)
+
+    def __init__(self, cur: sqlite3.Cursor):
+        self._cur = cur
+
+    def insert_job(self, job: JobRow) -> None:
+        self._cur.execute(
+            "INSERT INTO jobs (id, seq, name, project, user, priority, spec, state, attempt,"
+            " submitted_at, wait_since) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                job.id,
+                job.seq,
+                job.name,
+                job.project,
+                job.user,
+                job.priority,
+                spec_to_json(job.spec),
+                job.state,
+                job.attempt,
+                job.submitted_at,
+                job.wait_since,
+            ),
+        )
+
+    def update_job(self, job_id: str, **fields: Any) -> None:
+        if "cancel_requested" in fields:
+            fields["cancel_requested"] = int(bool(fields["cancel_requested"]))
+        cols = ", ".join(f"{k} = ?" for k in fields)  # keys come from our code, never a user
+        self._cur.execute(f"UPDATE jobs SET {cols} WHERE id = ?", (*fields.values(), job_id))
+
+    def insert_attempt(
+        self, job_id: str, attempt: int, started_at: float, master_port: int | None
+    ) -> None:
+        self._cur.execute(
+            "INSERT INTO attempts (job_id, attempt, state, master_port, started_at)"
+            " VALUES (?, ?, 'launching', ?, ?)",
+            (job_id, attempt, master_port, started_at),
+        )
+
+    def update_attempt(self, job_id: str, attempt: int, **fields: Any) -> None:
+        if "worker_codes" in fields and fields["worker_codes"] is not None:
+            fields["worker_codes"] = json.dumps(list(fields["worker_codes"]))
+        cols = ", ".join(f"{k} = ?" for k in fields)
+        self._cur.execute(
+            f"UPDATE attempts SET {cols} WHERE job_id = ? AND attempt = ?",
+            (*fields.values(), job_id, attempt),
+        )
+
+    def delete_attempt(self, job_id: str, attempt: int) -> None:
+        """Forget an attempt that provably never launched (restart recovery)."""
+        self._cur.execute(
+            "DELETE FROM placements WHERE job_id = ? AND attempt = ?", (job_id, attempt)
+        )
+        self._cur.execute(
+            "DELETE FROM attempts WHERE job_id = ? AND attempt = ?", (job_id, attempt)
+        )
+
+    def insert_placements(self, job_id: str, attempt: int, rows: Sequence[PlacementRow]) -> None:
+        self._cur.executemany(
+            "INSERT INTO placements (job_id, attempt, worker, slice_id, node, gpus)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                (job_id, attempt, p.worker, p.slice_id, p.node, json.dumps(list(p.gpus)))
+                for p in rows
+            ],
+        )
+
+    def event(
+        self, t: float, event: str, job: str | None = None, project: str | None = None, **data: Any
+    ) -> None:
+        self._cur.execute(
+            "INSERT INTO events (t, event, job, project, data) VALUES (?, ?, ?, ?, ?)",
+            (t, event, job, project, json.dumps(data, sort_keys=True)),
+        )
+
+    def insert_token(self, digest: str, user: str, admin: bool, now: float) -> None:
+        self._cur.execute(
+            "INSERT INTO tokens (hash, user, admin, created_at) VALUES (?, ?, ?, ?)",
+            (digest, user, int(admin), now),
+        )
+
+
+# -- the store -----------------------------------------------------------------------------------
+
+
+class Store:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._writer = self._connect()
+        self._writer.executescript(SCHEMA)
+        self._readers = threading.local()
+
+    def _connect(self) -> sqlite3.Connection:
+        # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so a transaction is exactly
+        # the block the caller wrote, and takes the write lock up front.
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA busy_timeout=5000")
+        return conn
+
+    def close(self) -> None:
+        self._writer.close()
+
+    @contextmanager
+    def tx(self) -> Iterator[Tx]:
+        cur = self._writer.cursor()
+        cur.execute("BEGIN IMMEDIATE")
+        try:
+            yield Tx(cur)
+        except BaseException:
+            cur.execute("ROLLBACK")
+            raise
+        cur.execute("COMMIT")
+
+    def _read(self) -> sqlite3.Connection:
+        conn = getattr(self._readers, "conn", None)
+        if conn is None:
+            conn = self._connect()
+            self._readers.conn = conn
+        return conn
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def max_seq(self) -> int:
+        row = self._read().execute("SELECT COALESCE(MAX(seq), 0) FROM jobs").fetchone()
+        return int(row[0])
+
+    def job(self, job_id: str) -> JobRow | None:
+        row = self._read().execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return JobRow.from_sql(row) if row else None
+
+    def job_by_name(self, name: str, user: str | None = None) -> JobRow | None:
+        """The newest job with this name (live first), optionally only among a user's jobs."""
+        sql = "SELECT * FROM jobs WHERE name = ?"
+        args: list[Any] = [name]
+        if user is not None:
+            sql += " AND user = ?"
+            args.append(user)
+        sql += " ORDER BY state IN ('pending', 'running') DESC, seq DESC LIMIT 1"
+        row = self._read().execute(sql, args).fetchone()
+        return JobRow.from_sql(row) if row else None
+
+    def jobs(
+        self,
+        *,
+        user: str | None = None,
+        states: Sequence[str] | None = None,
+        projects: Sequence[str] | None = None,
+        limit: int | None = None,
+    ) -> list[JobRow]:
+        """Jobs in submission order; with a limit, the most recent `limit` of them."""
+        where, args = [], []
+        if user is not None:
+            where.append("user = ?")
+            args.append(user)
+        if states:
+            where.append(f"state IN ({', '.join('?' * len(states))})")
+            args.extend(states)
+        if projects is not None:
+            where.append(f"project IN ({', '.join('?' * len(projects))})")
+            args.extend(projects)
+        sql = "SELECT * FROM jobs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY seq DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(limit)
+        rows = [JobRow.from_sql(r) for r in self._read().execute(sql, args)]
+        rows.reverse()
+        return rows
+
+    def attempts(self, job_id: str) -> list[AttemptRow]:
+        rows = self._read().execute(
+            "SELECT * FROM attempts WHERE job_id = ? ORDER BY attempt", (job_id,)
+        )
+        return [AttemptRow.from_sql(r) for r in rows]
+
+    def attempt(self, job_id: str, attempt: int) -> AttemptRow | None:
+        row = (
+            self._read()
+            .execute("SELECT * FROM attempts WHERE job_id = ? AND attempt = ?", (job_id, attempt))
+            .fetchone()
+        )
+        return AttemptRow.from_sql(row) if row else None
+
+    def live_attempts(self) -> list[AttemptRow]:
+        marks = ", ".join("?" * len(LIVE_ATTEMPT_STATES))
+        rows = self._read().execute(
+            f"SELECT * FROM attempts WHERE state IN ({marks}) ORDER BY job_id, attempt",
+            LIVE_ATTEMPT_STATES,
+        )
+        return [AttemptRow.from_sql(r) for r in rows]
+
+    def placements(self, job_id: str, attempt: int) -> list[PlacementRow]:
+        rows = self._read().execute(
+            "SELECT worker, slice_id, node, gpus FROM placements"
+            " WHERE job_id = ? AND attempt = ? ORDER BY worker",
+            (job_id, attempt),
+        )
+        return [
+            PlacementRow(r["worker"], r["slice_id"], r["node"], tuple(json.loads(r["gpus"])))
+            for r in rows
+        ]
+
+    def counts_by_state(self) -> dict[str, int]:
+        rows = self._read().execute("SELECT state, COUNT(*) FROM jobs GROUP BY state")
+        return {r[0]: r[1] for r in rows}
+
+    def events(self, job: str | None = None, after: int = 0, limit: int = 1000) -> list[EventRow]:
+        sql = "SELECT * FROM events WHERE seq > ?"
+        args: list[Any] = [after]
+        if job is not None:
+            sql += " AND job = ?"
+            args.append(job)
+        sql += " ORDER BY seq LIMIT ?"
+        args.append(limit)
+        return [
+            EventRow(r["seq"], r["t"], r["event"], r["job"], r["project"], json.loads(r["data"]))
+            for r in self._read().execute(sql, args)
+        ]
+
+    def tokens(self) -> list[TokenRow]:
+        rows = self._read().execute("SELECT hash, user, admin FROM tokens")
+        return [TokenRow(r["hash"], r["user"], bool(r["admin"])) for r in rows]

@@ -1,0 +1,124 @@
+"""`corral up`: store, control loop, local executor and HTTP API in one process."""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import uvicorn
+
+from corral.executors.local import LocalExecutor
+from corral.server.api import create_app
+from corral.server.auth import write_admin_token
+from corral.server.controlplane import ControlPlane
+from corral.server.inventory import local_inventory
+from corral.server.quotafile import QuotaSource
+from corral.server.store import Store
+
+log = logging.getLogger("corral.server")
+
+
+@dataclass(slots=True)
+class Settings:
+    state_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 8642
+    quota: Path | None = None
+    fake_gpus: int | None = None
+    accelerator: str | None = None
+    node_name: str | None = None  # default: this machine's hostname
+
+
+class StateDirBusy(RuntimeError):
+    pass
+
+
+def lock_state_dir(state_dir: Path) -> int:
+    """Hold an exclusive lock on the state dir for the life of the process: two control planes
+    on one store would each start the other's jobs. The kernel drops it on any exit, SIGKILL
+    included, so a crash never leaves a stale lock behind."""
+    fd = os.open(state_dir / "corral.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise StateDirBusy(f"another corral up (pid {holder}) is using {state_dir}") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd
+
+
+def build(settings: Settings) -> ControlPlane:
+    # The core is imported here, not at module level, so `corral --help` stays fast.
+    from corral.core.admission import check_admissible
+    from corral.core.decide import decide
+    from corral.policies import load_policy
+
+    inventory = local_inventory(settings.fake_gpus, settings.accelerator, settings.node_name)
+    quota = QuotaSource(settings.quota, sorted({n.accelerator for n in inventory.nodes}))
+    store = Store(settings.state_dir / "corral.db")
+    executor = LocalExecutor(settings.state_dir)
+    return ControlPlane(store, executor, inventory, quota, load_policy, decide, check_admissible)
+
+
+class Server:
+    """One control plane and its API. `run()` serves in this thread until SIGINT/SIGTERM;
+    `start()`/`shutdown()` serve from a background thread (the demo, tests)."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        settings.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._lock_fd = lock_state_dir(settings.state_dir)
+        self.cp = build(settings)
+        self.token_path = settings.state_dir / "admin.token"
+        self.new_token = write_admin_token(self.cp.tokens, self.token_path)
+        config = uvicorn.Config(
+            create_app(self.cp),
+            host=settings.host,
+            port=settings.port,
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=5,
+        )
+        self.http = uvicorn.Server(config)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host = self.settings.host
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{self.settings.port}"
+
+    def run(self) -> None:
+        self.cp.start()
+        try:
+            self.http.run()
+        finally:
+            self.close()
+
+    def start(self, timeout: float = 30.0) -> None:
+        self.cp.start()
+        self._thread = threading.Thread(target=self.http.run, name="corral-http", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.http.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the API did not start on {self.url}")
+            time.sleep(0.02)
+
+    def shutdown(self) -> None:
+        self.http.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self.close()
+
+    def close(self) -> None:
+        self.cp.stop()
+        self.cp.store.close()
+        os.close(self._lock_fd)
