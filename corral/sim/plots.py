@@ -1,0 +1,215 @@
+"""PNG charts of simulation results: JCT CDFs, utilisation and queue, per-project shares.
+
+Figures are drawn with the Agg canvas directly (matplotlib.figure.Figure + FigureCanvasAgg),
+not through pyplot: nothing global is switched, no window can open, and the functions are
+safe to call from threads and servers. Long step series are drawn as time-weighted means over
+at most ~1,000 bins, which keeps files small and lines legible without hiding the level.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from corral.sim.metrics import Series, fmt_seconds, resample
+
+MAX_POINTS = 2000  # drawn as they are up to this many points; else binned
+BINS = 1000
+TOP_PROJECTS = 8
+# Tick positions of the log-scaled JCT axis, in seconds, with human labels.
+_TICKS = (1, 10, 60, 600, 3600, 6 * 3600, 86400, 7 * 86400, 30 * 86400, 365 * 86400)
+
+
+def _figure(width: float, height: float):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=110, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+    return path
+
+
+def _time_unit(span: float) -> tuple[float, str]:
+    """Divisor and name of the time unit that suits a span of `span` seconds."""
+    if span >= 3 * 86400:
+        return 86400.0, "days"
+    if span >= 3 * 3600:
+        return 3600.0, "hours"
+    if span >= 180:
+        return 60.0, "minutes"
+    return 1.0, "seconds"
+
+
+def _steps(times: np.ndarray, values: np.ndarray, end: float) -> tuple[np.ndarray, np.ndarray]:
+    """(x, y) to draw with drawstyle='steps-post': raw when short, else binned means."""
+    if len(times) <= MAX_POINTS:
+        return np.append(times, end), np.append(values, values[-1] if len(values) else 0.0)
+    edges = np.linspace(times[0], end, BINS + 1)
+    means = resample(times, values, edges)
+    return edges, np.append(means, means[-1])
+
+
+def _span(series: Series) -> tuple[float, float]:
+    if len(series.times) == 0:
+        return 0.0, 1.0
+    start, end = float(series.times[0]), float(series.times[-1])
+    return start, end if end > start else start + 1.0
+
+
+# --- JCT CDF -----------------------------------------------------------------------------------
+
+
+def plot_jct_cdf(jcts: Mapping[str, Sequence[float]], path: str | Path) -> Path:
+    """CDF of job completion times, one line per policy, log-scaled time axis."""
+    fig = _figure(7.5, 4.8)
+    ax = fig.add_subplot()
+    drawn = [
+        _cdf_line(ax, policy, np.sort(np.asarray(v, float)), i)
+        for i, (policy, v) in enumerate(jcts.items())
+        if len(v)
+    ]
+    if not any(drawn):
+        ax.text(0.5, 0.5, "no finished jobs", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xscale("log")
+    _human_ticks(ax, [x for v in jcts.values() for x in (min(v, default=1), max(v, default=1))])
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("Job completion time (submit to finish; log scale)")
+    ax.set_ylabel("Fraction of finished jobs")
+    ax.set_title("Job completion time CDF by policy")
+    ax.grid(True, which="major", alpha=0.3)
+    if any(drawn):
+        ax.legend(loc="best", fontsize="small")
+    return _save(fig, path)
+
+
+def _cdf_line(ax, policy: str, values: np.ndarray, i: int) -> bool:
+    values = np.maximum(values, 0.1)  # a log axis cannot show 0 s
+    n = len(values)
+    if n > MAX_POINTS:
+        frac = np.linspace(0.0, 1.0, MAX_POINTS)
+        xs = np.quantile(values, frac)
+    else:
+        xs, frac = values, np.arange(1, n + 1) / n
+    p50, p95 = np.percentile(values, [50, 95])
+    label = f"{policy} (n={n}, p50 {fmt_seconds(p50)}, p95 {fmt_seconds(p95)})"
+    ax.step(xs, frac, where="post", label=label, color=f"C{i % 10}", linewidth=1.6)
+    return True
+
+
+def _human_ticks(ax, bounds: list[float]) -> None:
+    lo, hi = max(min(bounds, default=1.0), 0.1), max(bounds, default=1.0)
+    ticks = [t for t in _TICKS if lo / 10 <= t <= hi * 10]
+    if len(ticks) >= 2:
+        ax.set_xticks(ticks, [fmt_seconds(t).replace(".0 ", " ") for t in ticks])
+        ax.set_xlim(max(lo / 1.5, 0.1), hi * 1.5)
+
+
+# --- utilisation -------------------------------------------------------------------------------
+
+
+def plot_utilisation(series: Series, path: str | Path) -> Path:
+    """Utilisation (left axis) and queue length (right axis) over time."""
+    fig = _figure(9.0, 4.6)
+    ax = fig.add_subplot()
+    start, end = _span(series)
+    unit, unit_name = _time_unit(end - start)
+    util = series.utilisation * 100.0
+    x, y = _steps(series.times, util, end)
+    (u_line,) = ax.plot((x - start) / unit, y, drawstyle="steps-post", color="C0", lw=1.2)
+    x, q = _steps(series.times, series.queue, end)
+    ax2 = ax.twinx()
+    (q_line,) = ax2.plot((x - start) / unit, q, drawstyle="steps-post", color="C1", lw=1.0)
+    ax.set_ylim(0, 105)
+    ax2.set_ylim(0, max(1.0, float(np.max(q)) * 1.1) if len(q) else 1.0)
+    ax.set_xlabel(f"Time since first event ({unit_name})")
+    ax.set_ylabel("Utilisation (% of accelerators busy)", color="C0")
+    ax2.set_ylabel("Queue length (pending jobs)", color="C1")
+    ax.set_title(f"Utilisation and queue length ({series.capacity} accelerators)")
+    ax.grid(True, alpha=0.3)
+    labels = ["utilisation", "queue length"]
+    if len(series.times) > MAX_POINTS:
+        labels = [f"{lab} (mean per {fmt_seconds((end - start) / BINS)})" for lab in labels]
+    fig.legend([u_line, q_line], labels, loc="outside lower center", ncols=2, fontsize="small")
+    return _save(fig, path)
+
+
+# --- shares ------------------------------------------------------------------------------------
+
+
+def plot_shares(
+    series: Series,
+    guarantees: Mapping[str, Mapping[str, float]],
+    capacity: Mapping[str, int] | int,
+    path: str | Path,
+) -> Path:
+    """Each project's share of the pool over time against its guarantee (dashed).
+
+    One small panel per project, sharing axes, so each line is read against its own
+    guarantee: the TOP_PROJECTS biggest users by accelerator-seconds, the rest summed as
+    "other". Guarantees are in accelerators (see metrics.guarantees_from_quota).
+    """
+    total = capacity if isinstance(capacity, int) else sum(capacity.values())
+    total = total or 1
+    groups = _share_groups(series, guarantees)
+    cols = min(3, max(len(groups), 1))
+    rows = max(math.ceil(len(groups) / cols), 1)
+    fig = _figure(4.0 * cols + 0.6, 2.4 * rows + 0.9)
+    axes = fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False).ravel()
+    start, end = _span(series)
+    unit, unit_name = _time_unit(end - start)
+    top = 1.0
+    for ax, (name, held, guar) in zip(axes, groups, strict=False):
+        top = max(top, _share_panel(ax, series.times, name, held, guar, total, start, end, unit))
+    for ax in axes[len(groups) :]:
+        ax.set_visible(False)
+    if not groups:
+        axes[0].set_visible(True)
+        axes[0].text(0.5, 0.5, "no job held accelerators", ha="center", va="center")
+    axes[0].set_ylim(0, min(100.0, top * 1.15) if top > 0 else 100.0)
+    if groups:
+        fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower right", ncols=2)
+    fig.suptitle(f"Share of the pool per project vs guarantee ({total} accelerators)")
+    fig.supxlabel(f"Time since first event ({unit_name})")
+    fig.supylabel("Share of pool (%)")
+    return _save(fig, path)
+
+
+def _share_groups(series: Series, guarantees) -> list[tuple[str, np.ndarray, float]]:
+    """(name, held array, guaranteed accelerators) for the top projects, then "other"."""
+    used = {p: series.integral(h) for p, h in series.held.items()}
+    ranked = sorted(used, key=lambda p: (-used[p], p))
+    top, rest = ranked[:TOP_PROJECTS], ranked[TOP_PROJECTS:]
+
+    def guarantee(p: str) -> float:
+        return float(sum(guarantees.get(p, {}).values()))
+
+    groups = [(p, series.held[p], guarantee(p)) for p in top]
+    if rest:
+        held = np.sum([series.held[p] for p in rest], axis=0)
+        others = set(rest) | (set(guarantees) - set(top))
+        groups.append((f"other ({len(others)})", held, sum(guarantee(p) for p in others)))
+    return groups
+
+
+def _share_panel(ax, times, name, held, guarantee, total, start, end, unit) -> float:
+    """Draw one project's panel; returns the highest share drawn (%), for the common y limit."""
+    x, y = _steps(times, held / total * 100.0, end)
+    xs = (x - start) / unit
+    ax.fill_between(xs, y, step="post", color="C0", alpha=0.35, linewidth=0)
+    ax.plot(xs, y, drawstyle="steps-post", color="C0", lw=0.9, label="held")
+    g = guarantee / total * 100.0
+    ax.axhline(g, color="C3", linestyle="--", lw=1.2, label="guarantee")
+    mean = float(np.sum(np.diff(x) * y[:-1]) / (end - start)) if end > start else 0.0
+    ax.set_title(f"{name}: mean {mean:.1f} %, guarantee {g:.1f} %", fontsize="small")
+    ax.grid(True, alpha=0.3)
+    return max(float(np.max(y)) if len(y) else 0.0, g)
