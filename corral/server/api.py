@@ -109,7 +109,6 @@ def create_app(cp: ControlPlane) -> FastAPI:
     def _invalid(_: Request, err: RequestValidationError) -> JSONResponse:
         return JSONResponse({"detail": _one_line(err)}, status_code=422)
 
-
     @app.get("/healthz", tags=["meta"])
     def healthz() -> dict[str, Any]:
         return {"ok": True}
@@ -152,6 +151,8 @@ def create_app(cp: ControlPlane) -> FastAPI:
             parsed = parse_jobspec(data, "job spec")
         except FormatError as err:
             raise Refused(422, str(err)) from None
+        if not parsed.command:  # the file format allows none (simulated jobs); a live job not
+            raise Refused(422, "command: required; a string (run by /bin/sh -c) or an argv list")
         row = cp.submit(user, parsed, auto_name)
         with cp.locked():
             return views.job_summary(row)

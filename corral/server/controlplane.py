@@ -154,7 +154,7 @@ class ControlPlane:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
-        self._last_decide = 0.0
+        self.last_decide = 0.0  # wall time of the last decision; later arrivals await one
         self._wake_at: float | None = None
         # Mirrors of the store's live jobs; all changed only under the lock.
         self.live: dict[str, JobRow] = {}
@@ -201,7 +201,7 @@ class ControlPlane:
             changed = self._reload_quota()
             changed |= self._drain_exits() > 0
             now = time.time()
-            due = now - self._last_decide >= MAX_CYCLE_GAP or (
+            due = now - self.last_decide >= MAX_CYCLE_GAP or (
                 self._wake_at is not None and now >= self._wake_at
             )
             if not (force or changed or due):
@@ -218,7 +218,7 @@ class ControlPlane:
             self._start(s, now)
         self.decision = decision
         self._wake_at = decision.wake_at
-        self._last_decide = now
+        self.last_decide = now
 
     # -- quota -----------------------------------------------------------------------------------
 

@@ -48,7 +48,7 @@ class Views:
         cp = self.cp
         if row.state == "pending":
             job = cp.snap.pending.jobs.get(row.id)
-            if job is None:
+            if job is None or job.wait_since >= cp.last_decide:
                 return "order", "waiting for the next scheduling cycle"
             why = cp.decision.reason(job)
             return why.code, why.message
@@ -166,10 +166,8 @@ class Views:
                     continue
                 positions[job.project] += 1
                 row = cp.live[job.id]
-                why = cp.decision.reason(job)
                 entry = self.job_summary(row)
-                entry |= {"position": positions[job.project], "reason_code": why.code}
-                entry["reason"] = why.message
+                entry["position"] = positions[job.project]
                 out.append(entry)
         return out
 
