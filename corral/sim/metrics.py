@@ -112,9 +112,9 @@ def guarantees_from_quota(quota: Quota, capacity: Mapping[str, int]) -> dict[str
     """project -> type -> guaranteed accelerators, as DESIGN.md §2 defines them."""
     out: dict[str, dict[str, float]] = {p: {} for p in quota.projects}
     for kind, count in capacity.items():
-        cap = count
-        if quota.total_resources and kind in quota.total_resources:
-            cap = min(cap, quota.total_resources[kind])
+        cap = count  # like the core's Snapshot: total_resources caps, a type it omits gets 0
+        if quota.total_resources is not None:
+            cap = min(cap, quota.total_resources.get(kind, 0))
         for project, fraction in quota.fractions(kind).items():
             out.setdefault(project, {})[kind] = fraction * cap
     return out

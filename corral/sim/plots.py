@@ -19,8 +19,12 @@ from corral.sim.metrics import Series, fmt_seconds, resample
 MAX_POINTS = 2000  # drawn as they are up to this many points; else binned
 BINS = 1000
 TOP_PROJECTS = 8
-# Tick positions of the log-scaled JCT axis, in seconds, with human labels.
-_TICKS = (1, 10, 60, 600, 3600, 6 * 3600, 86400, 7 * 86400, 30 * 86400, 365 * 86400)
+# Tick positions of the log-scaled JCT axis, in seconds, labelled in s/min/h/d: coarse ones
+# for wide ranges, finer ones when fewer than three coarse ticks fall in the range.
+_H, _D = 3600, 86400
+_TICKS = (1, 10, 60, 600, _H, 6 * _H, _D, 7 * _D, 30 * _D, 365 * _D)
+_FINE_TICKS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, _H, 2 * _H, 6 * _H, 12 * _H,
+               _D, 2 * _D, 7 * _D, 14 * _D, 30 * _D, 90 * _D, 365 * _D)  # fmt: skip
 
 
 def _figure(width: float, height: float):
@@ -81,7 +85,7 @@ def plot_jct_cdf(jcts: Mapping[str, Sequence[float]], path: str | Path) -> Path:
     if not any(drawn):
         ax.text(0.5, 0.5, "no finished jobs", ha="center", va="center", transform=ax.transAxes)
     ax.set_xscale("log")
-    _human_ticks(ax, [x for v in jcts.values() for x in (min(v, default=1), max(v, default=1))])
+    _human_ticks(ax, [x for v in jcts.values() if len(v) for x in (min(v), max(v))])
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("Job completion time (submit to finish; log scale)")
     ax.set_ylabel("Fraction of finished jobs")
@@ -98,8 +102,8 @@ def _cdf_line(ax, policy: str, values: np.ndarray, i: int) -> bool:
     if n > MAX_POINTS:
         frac = np.linspace(0.0, 1.0, MAX_POINTS)
         xs = np.quantile(values, frac)
-    else:
-        xs, frac = values, np.arange(1, n + 1) / n
+    else:  # start at 0 just before the first value, like a CDF
+        xs, frac = np.append(values[0], values), np.arange(0, n + 1) / n
     p50, p95 = np.percentile(values, [50, 95])
     label = f"{policy} (n={n}, p50 {fmt_seconds(p50)}, p95 {fmt_seconds(p95)})"
     ax.step(xs, frac, where="post", label=label, color=f"C{i % 10}", linewidth=1.6)
@@ -107,11 +111,19 @@ def _cdf_line(ax, policy: str, values: np.ndarray, i: int) -> bool:
 
 
 def _human_ticks(ax, bounds: list[float]) -> None:
-    lo, hi = max(min(bounds, default=1.0), 0.1), max(bounds, default=1.0)
-    ticks = [t for t in _TICKS if lo / 10 <= t <= hi * 10]
-    if len(ticks) >= 2:
-        ax.set_xticks(ticks, [fmt_seconds(t).replace(".0 ", " ") for t in ticks])
-        ax.set_xlim(max(lo / 1.5, 0.1), hi * 1.5)
+    """Round-unit ticks on the log time axis, labelled in s/min/h/d."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    if not bounds:
+        return
+    lo, hi = max(min(bounds), 0.1) / 1.5, max(bounds) * 1.5
+    ax.set_xlim(lo, hi)
+    ticks = [t for t in _TICKS if lo <= t <= hi]
+    if len(ticks) < 3:
+        ticks = [t for t in _FINE_TICKS if lo <= t <= hi]
+    ax.set_xticks(ticks)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: fmt_seconds(x).replace(".0 ", " ")))
+    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 # --- utilisation -------------------------------------------------------------------------------

@@ -1,0 +1,273 @@
+"""Metrics on tiny hand-made event logs (values computed by hand in the comments), and plots."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+from corral.formats.types import FormatError, Quota
+from corral.sim.metrics import (
+    JobInfo,
+    comparison_table,
+    guarantees_from_quota,
+    infos_from_jobs,
+    job_table,
+    read_events,
+    resample,
+    summarize,
+    timeseries,
+    write_job_csv,
+    write_summary,
+)
+from corral.sim.plots import plot_jct_cdf, plot_shares, plot_utilisation
+from corral.sim.traces import synthetic
+
+CAPACITY = {"v100": 8}
+GUARANTEES = {"p": {"v100": 4.0}, "q": {"v100": 4.0}}
+
+
+def info(name, project, submit, duration, demand):
+    return JobInfo(name, project, project, submit, duration, demand, "v100")
+
+
+# One 8-GPU pool. a (p, 4 GPUs, needs 100 s), b (q, 4, 50 s), c (q, 4, 30 s), d (p, 16: too big).
+INFOS = {
+    "a": info("a", "p", 0, 100, 4),
+    "b": info("b", "q", 10, 50, 4),
+    "c": info("c", "q", 20, 30, 4),
+    "d": info("d", "p", 70, 10, 16),
+}
+
+
+def ev(t, event, job, **extra):
+    return {"t": t, "event": event, "job": job, "project": INFOS[job].project, **extra}
+
+
+# a starts at once; b fills the pool at 10; c arrives at 20 and a is preempted for it, c starts
+# at 25 (5 s of grace); c finishes at 55 and a resumes (20 s done, 80 to go) until 135; b
+# finishes at 60; d is rejected on arrival at 70.
+LOG = [
+    ev(0, "submit", "a"),
+    ev(0, "start", "a", nodes=["n0"]),
+    ev(10, "submit", "b"),
+    ev(10, "start", "b", nodes=["n0"]),
+    ev(20, "submit", "c"),
+    ev(20, "preempt", "a", reason="reclaim"),
+    ev(25, "start", "c", nodes=["n0"]),
+    ev(55, "finish", "c"),
+    ev(55, "start", "a", nodes=["n0"]),
+    ev(60, "finish", "b"),
+    ev(70, "submit", "d"),
+    ev(70, "reject", "d", reason="needs 16 v100, the pool has 8"),
+    ev(135, "finish", "a"),
+]
+
+
+def test_job_table_by_hand():
+    rows = {r.name: r for r in job_table(LOG, INFOS)}
+    a, b, c, d = rows["a"], rows["b"], rows["c"], rows["d"]
+    # a: submit 0, start 0, finish 135 -> wait 0, JCT 135; ran 0-20 and 55-135 = 100 s.
+    assert (a.state, a.start, a.finish, a.wait, a.jct, a.run_time, a.preemptions) == (
+        "finished", 0, 135, 0, 135, 100, 1
+    )  # fmt: skip
+    # b: submit 10, start 10, finish 60 -> wait 0, JCT 50, ran 50 s.
+    assert (b.wait, b.jct, b.run_time, b.preemptions) == (0, 50, 50, 0)
+    # c: submit 20, start 25, finish 55 -> wait 5, JCT 35, ran 30 s.
+    assert (c.wait, c.jct, c.run_time) == (5, 35, 30)
+    # d: rejected at 70, never started.
+    assert (d.state, d.start, d.finish, d.end, d.wait, d.jct, d.run_time) == (
+        "rejected", None, None, 70, None, None, 0
+    )  # fmt: skip
+
+
+def test_summary_by_hand():
+    s = summarize(LOG, INFOS, CAPACITY, GUARANTEES)
+    assert (s["jobs"], s["finished"], s["rejected"], s["failed"], s["cancelled"]) == (4, 3, 1, 0, 0)
+    assert (s["unfinished"], s["preemptions"]) == (0, 1)
+    # JCTs 35, 50, 135: mean 220 / 3; linear percentiles over ranks 0..2:
+    # p95 at rank 1.9 = 50 + 0.9 x 85 = 126.5; p99 at rank 1.98 = 50 + 0.98 x 85 = 133.3.
+    assert s["jct"]["mean"] == pytest.approx(220 / 3)
+    assert s["jct"]["p50"] == 50
+    assert s["jct"]["p95"] == pytest.approx(126.5)
+    assert s["jct"]["p99"] == pytest.approx(133.3)
+    # Waits 0, 0, 5 (d never started): mean 5/3, p95 at rank 1.9 = 0 + 0.9 x 5 = 4.5.
+    assert s["wait"]["mean"] == pytest.approx(5 / 3)
+    assert s["wait"]["p50"] == 0 and s["wait"]["p95"] == pytest.approx(4.5)
+    assert s["mean_duration"] == pytest.approx((100 + 50 + 30) / 3)
+    # Busy GPUs: 0-10: 4, 10-20: 8, 20-25: 4, 25-55: 8, 55-60: 8, 60-135: 4
+    # = 40 + 80 + 20 + 240 + 40 + 300 = 720 GPU-s (= a 400 + b 200 + c 120).
+    # Makespan 135 - 0 = 135 s; utilisation 720 / (8 x 135) = 2/3.
+    assert s["makespan"] == 135
+    assert s["busy_accel_seconds"] == pytest.approx(720)
+    assert s["utilisation"] == pytest.approx(2 / 3)
+    assert s["utilisation_by_accelerator"] == {"v100": pytest.approx(2 / 3)}
+    p, q = s["per_project"]["p"], s["per_project"]["q"]
+    # p: a 400 GPU-s -> mean share 400 / 1080; q: b + c = 320 -> 320 / 1080. Guarantee 4/8.
+    assert (p["jobs"], p["finished"], p["jct_mean"], p["wait_mean"]) == (2, 1, 135, 0)
+    assert p["accel_seconds"] == pytest.approx(400)
+    assert p["mean_share"] == pytest.approx(400 / 1080)
+    assert p["guarantee_share"] == 0.5
+    assert (q["jobs"], q["finished"], q["jct_mean"], q["wait_mean"]) == (2, 2, 42.5, 2.5)
+    assert q["mean_share"] == pytest.approx(320 / 1080)
+
+
+def test_timeseries_by_hand():
+    s = timeseries(LOG, INFOS, CAPACITY)
+    assert s.times.tolist() == [0, 10, 20, 25, 55, 60, 70, 135]
+    assert s.busy.tolist() == [4, 8, 4, 8, 8, 4, 4, 0]
+    # Queue: c arrives and a is preempted at 20 (2), c starts at 25 (1), a resumes at 55 (0);
+    # d is submitted and rejected at 70, which nets to 0 at that instant.
+    assert s.queue.tolist() == [0, 0, 2, 1, 0, 0, 0, 0]
+    assert s.held["p"].tolist() == [4, 4, 0, 0, 4, 4, 4, 0]
+    assert s.held["q"].tolist() == [0, 4, 4, 8, 4, 0, 0, 0]
+    assert s.utilisation.tolist() == [0.5, 1, 0.5, 1, 1, 0.5, 0.5, 0]
+    assert s.integral(s.busy) == 720
+    # Time-weighted means over [0, 20) and [20, 60): 120 / 20 = 6; (20 + 240 + 40) / 40 = 7.5.
+    assert resample(s.times, s.busy, np.array([0.0, 20.0, 60.0])).tolist() == [6.0, 7.5]
+
+
+def test_states_of_unfinished_cancelled_and_failed_jobs():
+    infos = {n: info(n, "p", 0, 100, 2) for n in ("run", "wait", "gone", "bad")}
+    log = [
+        {"t": 0, "event": "submit", "job": n, "project": "p"}
+        for n in ("run", "wait", "gone", "bad")
+    ] + [
+        {"t": 0, "event": "start", "job": "run", "project": "p", "nodes": ["n0"]},
+        {"t": 0, "event": "start", "job": "bad", "project": "p", "nodes": ["n0"]},
+        {"t": 5, "event": "fail", "job": "bad", "project": "p"},
+        {"t": 10, "event": "cancel", "job": "gone", "project": "p"},
+        {"t": 40, "event": "submit", "job": "late", "project": "p"},
+    ]
+    infos["late"] = info("late", "p", 40, 100, 2)
+    rows = {r.name: r for r in job_table(log, infos)}
+    assert {n: r.state for n, r in rows.items()} == {
+        "run": "running", "wait": "pending", "gone": "cancelled", "bad": "failed", "late": "pending"
+    }  # fmt: skip
+    # A job still running when the log ends has run until the last event (t = 40).
+    assert rows["run"].run_time == 40 and rows["bad"].run_time == 5
+    s = summarize(log, infos, {"v100": 4}, {})
+    assert (s["unfinished"], s["failed"], s["cancelled"], s["finished"]) == (3, 1, 1, 0)
+    assert s["jct"] == {"mean": None, "p50": None, "p95": None, "p99": None}
+    # No finish: the span runs to the last event (40 s). Busy: run 2 x 40 + bad 2 x 5 = 90.
+    assert s["makespan"] == 40 and s["busy_accel_seconds"] == 90
+    assert s["utilisation"] == pytest.approx(90 / (4 * 40))
+    assert timeseries(log, infos, {"v100": 4}).queue.tolist() == [2, 2, 1, 2]
+
+
+def test_bad_event_logs_are_format_errors():
+    with pytest.raises(FormatError, match="job 'zz' has no JobInfo"):
+        job_table([{"t": 0, "event": "submit", "job": "zz"}], INFOS)
+    with pytest.raises(FormatError, match="unknown event 'explode'"):
+        job_table([{"t": 0, "event": "explode", "job": "a"}], INFOS)
+    with pytest.raises(FormatError, match="needs t, event and job"):
+        job_table([{"event": "submit", "job": "a"}], INFOS)
+
+
+def test_out_of_order_log_is_sorted():
+    shuffled = LOG[6:] + LOG[:6]
+    assert summarize(shuffled, INFOS, CAPACITY, GUARANTEES) == summarize(
+        LOG, INFOS, CAPACITY, GUARANTEES
+    )
+
+
+def test_outputs(tmp_path):
+    rows = job_table(LOG, INFOS)
+    write_job_csv(rows, tmp_path / "jobs.csv")
+    with open(tmp_path / "jobs.csv", newline="") as f:
+        table = list(csv.DictReader(f))
+    assert [r["name"] for r in table] == ["a", "b", "c", "d"]
+    assert table[0]["jct"] == "135.0" and table[3]["start"] == ""
+    summary = summarize(LOG, INFOS, CAPACITY, GUARANTEES)
+    write_summary(summary, tmp_path / "summary.json")
+    assert json.loads((tmp_path / "summary.json").read_text()) == json.loads(json.dumps(summary))
+    with open(tmp_path / "events.jsonl", "w") as f:
+        f.writelines(json.dumps(e) + "\n" for e in LOG)
+    assert read_events(tmp_path / "events.jsonl") == LOG
+
+
+def test_comparison_table():
+    from rich.console import Console
+
+    fast = summarize(LOG, INFOS, CAPACITY, GUARANTEES)
+    slow = summarize(LOG[:-1], INFOS, CAPACITY, GUARANTEES)
+    console = Console(record=True, width=100)
+    console.print(comparison_table({"fair": fast, "fifo": slow}))
+    text = console.export_text()
+    assert "fair" in text and "fifo" in text
+    assert "JCT p95" in text and "66.7 %" in text
+
+
+def test_infos_and_guarantees_from_scenario_objects():
+    jobs = synthetic(jobs=3, rate_per_hour=60, seed=0, projects=["a"], sizes=[(16, 1)])
+    infos = infos_from_jobs(jobs)
+    assert infos["j0"].demand == 16 and infos["j0"].project == "a" and infos["j0"].submit == 0
+    quota = Quota(shares={"a": {"v100": 3}, "b": {"v100": 1}}, total_resources={"v100": 40})
+    assert guarantees_from_quota(quota, {"v100": 64}) == {
+        "a": {"v100": 30.0},
+        "b": {"v100": 10.0},
+    }
+
+
+# --- plots -------------------------------------------------------------------------------------
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def assert_png(path, min_kb=10):
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC
+    assert len(data) > min_kb * 1024
+
+
+def big_log():
+    """A synthetic FIFO run long enough (> MAX_POINTS events) to exercise binning."""
+    jobs = synthetic(
+        jobs=1500, rate_per_hour=40, seed=5, projects=list("abcdefghijk"), sizes="gavel"
+    )
+    infos = infos_from_jobs(jobs)
+    events, free, running = [], 64, []  # running: (end, name, demand)
+    for job in jobs:
+        name, need = job.spec.name, infos[job.spec.name].demand
+        events.append(
+            {"t": job.submit, "event": "submit", "job": name, "project": job.spec.project}
+        )
+        now = job.submit
+        while free < need:  # FIFO: wait for the earliest finishes
+            running.sort()
+            end, done, held = running.pop(0)
+            now, free = max(now, end), free + held
+            events.append(
+                {"t": end, "event": "finish", "job": done, "project": infos[done].project}
+            )
+        free -= need
+        running.append((now + job.duration, name, need))
+        events.append({"t": now, "event": "start", "job": name, "project": job.spec.project})
+    for end, done, _ in sorted(running):
+        events.append({"t": end, "event": "finish", "job": done, "project": infos[done].project})
+    return sorted(events, key=lambda e: e["t"]), infos
+
+
+def test_plots_render(tmp_path):
+    events, infos = big_log()
+    capacity = {"v100": 64}
+    guarantees = {p: {"v100": 64 / 11} for p in "abcdefghijk"}
+    series = timeseries(events, infos, capacity)
+    assert len(series.times) > 2000
+    jct = [r.jct for r in job_table(events, infos) if r.jct is not None]
+    assert_png(plot_jct_cdf({"fifo": jct, "half": [x / 2 for x in jct]}, tmp_path / "jct.png"))
+    assert_png(plot_utilisation(series, tmp_path / "util.png"))
+    assert_png(plot_shares(series, guarantees, capacity, tmp_path / "shares.png"))
+
+
+def test_plots_of_tiny_and_empty_inputs(tmp_path):
+    series = timeseries(LOG, INFOS, CAPACITY)
+    assert_png(plot_jct_cdf({"fair": [35, 50, 135], "none": []}, tmp_path / "a.png"), 5)
+    assert_png(plot_jct_cdf({}, tmp_path / "b.png"), 5)
+    assert_png(plot_utilisation(series, tmp_path / "c.png"), 5)
+    assert_png(plot_shares(series, GUARANTEES, 8, tmp_path / "sub" / "d.png"), 5)
+    empty = timeseries([], {}, CAPACITY)
+    assert_png(plot_utilisation(empty, tmp_path / "e.png"), 5)
+    assert_png(plot_shares(empty, {}, CAPACITY, tmp_path / "f.png"), 5)
