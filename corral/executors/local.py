@@ -20,8 +20,17 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import psutil
+
 from corral.executors.base import LOST, TERMINATED, AttemptExit, Launch
-from corral.executors.rundir import ProcessRef, RunDir, kill_groups, read_json, write_json_atomic
+from corral.executors.rundir import (
+    ProcessRef,
+    RunDir,
+    kill_groups,
+    marked_processes,
+    read_json,
+    write_json_atomic,
+)
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +46,8 @@ class LocalExecutor:
     the shared set and dict are only touched by single, atomic operations."""
 
     def __init__(self, state_dir: Path) -> None:
-        self.state_dir = Path(state_dir)
+        # Absolute, so the run paths match what the supervisor (and RUN_MARKER) sees.
+        self.state_dir = Path(state_dir).resolve()
         (self.state_dir / "runs").mkdir(parents=True, exist_ok=True)
         # Supervisors started by this instance, kept so their exit is reaped (no zombies).
         self._children: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
@@ -166,6 +176,11 @@ class LocalExecutor:
         will and the server is about to give their devices to another job."""
         refs = [ProcessRef.from_dict(w) for w in read_json(run.file("workers.json")) or []]
         kill_groups(refs, signal.SIGKILL)
+        # It may have died between starting a worker and recording it, and a worker may have
+        # left its group: the environment marker finds those.
+        for proc in marked_processes(run.path):
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
         launch = read_json(run.file("launch.json"))
         outcome = TERMINATED if run.file("stop.json").exists() else LOST
         result = AttemptExit(

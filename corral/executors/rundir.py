@@ -32,6 +32,9 @@ import psutil
 # clock; it can drift by a second. A pid reused within a second of the original process's start
 # would need the whole pid space to wrap in that second, so this tolerance keeps the check safe.
 CREATE_TIME_TOLERANCE = 1.0
+# Set in every worker's environment to its run directory, and inherited by whatever it starts:
+# the way to find a gang whose supervisor died before it could record the workers' pids.
+RUN_MARKER = "CORRAL_RUN_DIR"
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,3 +151,14 @@ def kill_groups(refs: list[ProcessRef], sig: int = signal.SIGKILL) -> None:
     for ref in refs:
         with contextlib.suppress(OSError):
             ref.signal_group(sig)
+
+
+def marked_processes(run_path: Path) -> list[psutil.Process]:
+    """Live processes whose environment marks them as part of this run. Reads every process's
+    environment, so it is kept for the rare case of a gang that lost its supervisor."""
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):  # gone, a zombie, or another user's
+            if proc.environ().get(RUN_MARKER) == str(run_path):
+                found.append(proc)
+    return found

@@ -27,7 +27,14 @@ from pathlib import Path
 import psutil
 
 from corral.executors.base import FAILED, SUCCEEDED, TERMINATED, TIMEOUT, AttemptExit, Launch
-from corral.executors.rundir import ProcessRef, RunDir, kill_groups, read_json, write_json_atomic
+from corral.executors.rundir import (
+    RUN_MARKER,
+    ProcessRef,
+    RunDir,
+    kill_groups,
+    read_json,
+    write_json_atomic,
+)
 
 log = logging.getLogger("corral.supervisor")
 
@@ -67,7 +74,12 @@ class Supervisor:
 
     def start_worker(self, index: int) -> None:
         argv = self.argv()
-        env = {**os.environ, **self.launch.env, **self.launch.contract_env(index)}
+        env = {
+            **os.environ,
+            **self.launch.env,
+            **self.launch.contract_env(index),
+            RUN_MARKER: str(self.run.path),
+        }
         with open(self.run.worker_log(index), "ab") as out:
             try:
                 proc = subprocess.Popen(
@@ -219,11 +231,13 @@ class Supervisor:
 
 def kill_escaped_descendants() -> None:
     """SIGKILL what a worker moved out of its process group (setsid); as subreaper we
-    inherited it, so it is still among our descendants."""
-    for proc in psutil.Process().children(recursive=True):
+    inherited it, so it is still among our descendants. Waited for, so no zombie is left."""
+    escaped = psutil.Process().children(recursive=True)
+    for proc in escaped:
         with contextlib.suppress(psutil.Error):
             log.info("killing escaped process %d (%s)", proc.pid, proc.name())
             proc.kill()
+    psutil.wait_procs(escaped, timeout=1.0)
 
 
 def become_subreaper() -> None:
