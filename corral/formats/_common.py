@@ -10,7 +10,7 @@ import json
 import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
 from pydantic import BaseModel, Field, StrictInt, TypeAdapter, ValidationError
@@ -20,16 +20,39 @@ from corral.formats.types import FormatError
 Loc = tuple[str | int, ...]
 
 # Field types shared by the models: strict, so YAML's "8" or 8.0 is not silently an int.
-NonEmptyStr = typing.Annotated[str, Field(min_length=1, strict=True)]
-Count = typing.Annotated[StrictInt, Field(ge=1)]
+NonEmptyStr = Annotated[str, Field(min_length=1, strict=True)]
+Count = Annotated[StrictInt, Field(ge=1)]
+
+
+def _scalar(value: Any) -> str:
+    try:
+        return json.dumps(value, default=str)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _render(value: Any, budget: int, depth: int = 0) -> str:
+    """JSON-like text that stops once `budget` characters are spent: inputs can be huge."""
+    if not isinstance(value, dict | list | tuple):
+        return _scalar(value)
+    if depth > 8:
+        return "..."
+    items = value.items() if isinstance(value, dict) else ((None, v) for v in value)
+    parts: list[str] = []
+    for key, item in items:
+        if budget <= 0:
+            parts.append("...")
+            break
+        text = _render(item, budget, depth + 1)
+        parts.append(text if key is None else f"{_scalar(key)}: {text}")
+        budget -= len(parts[-1]) + 2
+    open_, close = "{}" if isinstance(value, dict) else "[]"
+    return open_ + ", ".join(parts) + close
 
 
 def show(value: Any, limit: int = 60) -> str:
     """A short, JSON-like rendering of a user's value for error messages."""
-    try:
-        text = json.dumps(value, default=str)
-    except (TypeError, ValueError):
-        text = repr(value)
+    text = _render(value, limit)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -53,7 +76,11 @@ class LocatedError(FormatError):
         self.source, self.loc, self.msg, self.line = source, tuple(loc), msg, line
         self.key = format_loc(loc) if key is None else key
         where = source if line is None else f"{source}:{line}"
-        super().__init__(f"{where}: {self.key}: {msg}" if self.key else f"{where}: {msg}")
+        text = f"{where}: {self.key}: {msg}" if self.key else f"{where}: {msg}"
+        super().__init__(text.replace("\r", "\\r").replace("\n", "\\n"))  # keys may hold any text
+
+    def __reduce__(self):  # pickles (e.g. across sim worker processes) as a plain FormatError
+        return FormatError, (str(self),)
 
     def at_line(self, line: int | None) -> LocatedError:
         return LocatedError(self.source, self.loc, self.msg, line=line, key=self.key)
@@ -81,7 +108,7 @@ def read_text(path: str | Path) -> str:
 # --- YAML -------------------------------------------------------------------------------------
 
 
-class _Loader(yaml.SafeLoader):
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # C parser when built
     """SafeLoader that refuses duplicate keys: PyYAML would silently keep the last one."""
 
 
@@ -108,11 +135,16 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> dict:
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def _node_lines(loader: _Loader, node: yaml.Node, loc: Loc, out: dict[Loc, int]) -> None:
+def _node_lines(
+    loader: yaml.SafeLoader, node: yaml.Node, loc: Loc, out: dict[Loc, int], seen: set[int]
+) -> None:
     out.setdefault(loc, node.start_mark.line + 1)
+    if id(node) in seen:  # an alias: walk each node once, or a "billion laughs" file hangs us
+        return
+    seen.add(id(node))
     if isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _node_lines(loader, item, (*loc, i), out)
+            _node_lines(loader, item, (*loc, i), out, seen)
     elif isinstance(node, yaml.MappingNode):
         for key_node, value in node.value:
             if not isinstance(key_node, yaml.ScalarNode):
@@ -120,7 +152,33 @@ def _node_lines(loader: _Loader, node: yaml.Node, loc: Loc, out: dict[Loc, int])
             key = loader.construct_object(key_node)
             # The key's own line is where a reader looks, even for a nested value.
             out.setdefault((*loc, key), key_node.start_mark.line + 1)
-            _node_lines(loader, value, (*loc, key), out)
+            _node_lines(loader, value, (*loc, key), out, seen)
+
+
+class LineMap(Mapping[Loc, int]):
+    """Key path -> line of a YAML document, worked out only when an error asks for it."""
+
+    def __init__(self, node: yaml.Node | None = None):
+        self._node, self._lines = node, None
+
+    def _map(self) -> dict[Loc, int]:
+        if self._lines is None:
+            self._lines = {}
+            try:
+                if self._node is not None:
+                    _node_lines(yaml.SafeLoader(""), self._node, (), self._lines, set())
+            except RecursionError:  # absurdly deep: keep the lines found so far
+                pass
+        return self._lines
+
+    def __getitem__(self, loc: Loc) -> int:
+        return self._map()[loc]
+
+    def __iter__(self):
+        return iter(self._map())
+
+    def __len__(self) -> int:
+        return len(self._map())
 
 
 def _yaml_error(e: yaml.YAMLError, source: str) -> FormatError:
@@ -140,23 +198,24 @@ def _json_or_error(text: str, source: str, e: yaml.YAMLError) -> Any:
         if mark is not None and mark.index >= j.pos:
             raise _yaml_error(e, source) from None
         raise FormatError(f"{source}:{j.lineno}:{j.colno}: invalid JSON: {j.msg}") from None
+    except RecursionError:
+        raise FormatError(f"{source}: invalid JSON: nested too deeply") from None
 
 
-def load_yaml(text: str, source: str) -> tuple[Any, dict[Loc, int]]:
+def load_yaml(text: str, source: str) -> tuple[Any, LineMap]:
     """Parse YAML (or JSON, which YAML contains) into data and a map key-path -> line."""
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
         if node is None:
-            return None, {}
-        data = loader.construct_document(node)
-        lines: dict[Loc, int] = {}
-        _node_lines(loader, node, (), lines)
-        return data, lines
+            return None, LineMap()
+        return loader.construct_document(node), LineMap(node)
     except yaml.YAMLError as e:
         if text.lstrip()[:1] in ("{", "["):
-            return _json_or_error(text, source, e), {}
+            return _json_or_error(text, source, e), LineMap()
         raise _yaml_error(e, source) from None
+    except RecursionError:
+        raise FormatError(f"{source}: invalid YAML: nested too deeply") from None
     finally:
         loader.dispose()
 
@@ -186,7 +245,6 @@ def _model_at(model: type[BaseModel] | None, loc: Loc) -> type[BaseModel] | None
 
 
 _PLAIN = {
-    "missing": "required",
     "int_type": "must be an integer",
     "int_parsing": "must be an integer",
     "int_from_float": "must be an integer",

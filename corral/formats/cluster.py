@@ -96,6 +96,15 @@ def parse_cluster(data: list, source: str = "cluster", *, at: Loc = ()) -> tuple
     return tuple(nodes)
 
 
+def _shorthand_item(item: str, source: str) -> tuple[int, int, str, int]:
+    """'16x4:a100@4' -> (16, 4, 'a100', 4); a domain size of 0 means no domains."""
+    m = _SHORTHAND.fullmatch("".join(item.split()))
+    count, per_node, size = (int(m[1]), int(m[2]), int(m[4] or 1)) if m else (0, 0, 0)
+    if min(count, per_node, size) < 1:
+        raise LocatedError(source, (), f"expected {SHORTHAND_FORMS}, got {show(item.strip())}")
+    return count, per_node, m[3], size if m[4] else 0
+
+
 def parse_cluster_shorthand(text: str, source: str = "cluster shorthand") -> tuple[Node, ...]:
     """'64x8:v100,16x4:a100@4': nodes named TYPE-i, numbered on across groups of one type;
     '@D' puts each D consecutive nodes in a domain TYPE-dK."""
@@ -103,12 +112,9 @@ def parse_cluster_shorthand(text: str, source: str = "cluster shorthand") -> tup
     next_domain: dict[str, int] = {}
     nodes: list[Node] = []
     for item in str(text).split(","):
-        m = _SHORTHAND.fullmatch("".join(item.split()))
-        sizes = [int(g) for g in m.group(1, 2, 4) if g is not None] if m else [0]
-        if not m or min(sizes) < 1 or len(nodes) + sizes[0] > MAX_NODES:
-            msg = f"expected {SHORTHAND_FORMS}, got {show(item.strip())}"
-            raise LocatedError(source, (), msg)
-        count, per_node, acc, size = int(m[1]), int(m[2]), m[3], m[4] and int(m[4])
+        count, per_node, acc, size = _shorthand_item(item, source)
+        if len(nodes) + count > MAX_NODES:
+            raise LocatedError(source, (), f"more than {MAX_NODES} nodes, got {show(text)}")
         first, dom0 = next_node.get(acc, 0), next_domain.get(acc, 0)
         for k in range(count):
             domain = f"{acc}-d{dom0 + k // size}" if size else ""

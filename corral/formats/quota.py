@@ -190,6 +190,8 @@ def _decode(text: str, source: str) -> dict[str, Any]:
         if m := re.search(r" \(at line (\d+), column (\d+)\)$", msg):
             raise FormatError(f"{source}:{m[1]}:{m[2]}: invalid TOML: {msg[: m.start()]}") from None
         raise FormatError(f"{source}: invalid TOML: {msg}") from None
+    except RecursionError:
+        raise FormatError(f"{source}: invalid TOML: nested too deeply") from None
 
 
 def _build(doc: dict[str, Any], source: str) -> Quota:

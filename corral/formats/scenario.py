@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from corral.formats._common import (
     LocatedError,
@@ -24,6 +24,12 @@ from corral.formats.quota import SchedulerModel, default_quota, load_quota, pars
 from corral.formats.types import Node, Quota, Scenario, ScenarioJob
 
 
+def _quota_text(value: Any) -> str | None:
+    if value is None or (isinstance(value, str) and value.strip()):
+        return value
+    raise ValueError(f"must be a path to a quota TOML file, or the TOML inline, got {show(value)}")
+
+
 class ScenarioJobModel(JobModel):
     submit: Duration = 0.0  # seconds from the start of the run
     duration: PositiveDuration  # seconds of running needed to finish
@@ -34,7 +40,7 @@ class ScenarioModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     cluster: Any  # node groups or a shorthand string; see _nodes
-    quota: StrictStr | None = None
+    quota: Annotated[str | None, BeforeValidator(_quota_text)] = None
     scheduler: SchedulerModel | None = None
     jobs: list[ScenarioJobModel] = Field(default_factory=list)
 
@@ -62,7 +68,7 @@ def _quota(model: ScenarioModel, nodes: tuple[Node, ...], base_dir: Path, source
         return default_quota(projects, [node.accelerator for node in nodes])
     if "\n" in text or "[" in text:  # inline TOML; its line numbers count from its first line
         return parse_quota(text, f"{source} (inline quota)")
-    path = base_dir / text
+    path = base_dir / text.strip()
     if not path.is_file():
         raise LocatedError(
             source,
