@@ -27,12 +27,21 @@ _FINE_TICKS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, _H, 2 * _H, 6
                _D, 2 * _D, 7 * _D, 14 * _D, 30 * _D, 90 * _D, 365 * _D)  # fmt: skip
 
 
-def _figure(width: float, height: float):
+def _figure(width: float, height: float, *, left=0.8, right=0.3, top=0.45, bottom=0.6, **space):
+    """A figure with margins in inches. Fixed margins, not constrained layout: that one costs
+    seconds per figure re-measuring every tick label, and these layouts never change."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(width, height), dpi=110, layout="constrained")
+    fig = Figure(figsize=(width, height), dpi=110)
     FigureCanvasAgg(fig)
+    fig.subplots_adjust(
+        left=left / width,
+        right=1 - right / width,
+        top=1 - top / height,
+        bottom=bottom / height,
+        **space,
+    )
     return fig
 
 
@@ -75,7 +84,7 @@ def _span(series: Series) -> tuple[float, float]:
 
 def plot_jct_cdf(jcts: Mapping[str, Sequence[float]], path: str | Path) -> Path:
     """CDF of job completion times, one line per policy, log-scaled time axis."""
-    fig = _figure(7.5, 4.8)
+    fig = _figure(7.5, 4.8, left=0.75, right=0.25)
     ax = fig.add_subplot()
     drawn = [
         _cdf_line(ax, policy, np.sort(np.asarray(v, float)), i)
@@ -131,7 +140,7 @@ def _human_ticks(ax, bounds: list[float]) -> None:
 
 def plot_utilisation(series: Series, path: str | Path) -> Path:
     """Utilisation (left axis) and queue length (right axis) over time."""
-    fig = _figure(9.0, 4.6)
+    fig = _figure(9.0, 4.6, left=0.75, right=0.8, bottom=0.95)
     ax = fig.add_subplot()
     start, end = _span(series)
     unit, unit_name = _time_unit(end - start)
@@ -141,7 +150,7 @@ def plot_utilisation(series: Series, path: str | Path) -> Path:
     x, q = _steps(series.times, series.queue, end)
     ax2 = ax.twinx()
     (q_line,) = ax2.plot((x - start) / unit, q, drawstyle="steps-post", color="C1", lw=1.0)
-    ax.set_ylim(0, 105)
+    ax.set_ylim(0, max(105.0, float(np.max(util, initial=0.0)) * 1.05))
     ax2.set_ylim(0, max(1.0, float(np.max(q)) * 1.1) if len(q) else 1.0)
     ax.set_xlabel(f"Time since first event ({unit_name})")
     ax.set_ylabel("Utilisation (% of accelerators busy)", color="C0")
@@ -151,7 +160,7 @@ def plot_utilisation(series: Series, path: str | Path) -> Path:
     labels = ["utilisation", "queue length"]
     if len(series.times) > MAX_POINTS:
         labels = [f"{lab} (mean per {fmt_seconds((end - start) / BINS)})" for lab in labels]
-    fig.legend([u_line, q_line], labels, loc="outside lower center", ncols=2, fontsize="small")
+    fig.legend([u_line, q_line], labels, loc="lower center", ncols=2, fontsize="small")
     return _save(fig, path)
 
 
@@ -175,7 +184,8 @@ def plot_shares(
     groups = _share_groups(series, guarantees)
     cols = min(3, max(len(groups), 1))
     rows = max(math.ceil(len(groups) / cols), 1)
-    fig = _figure(4.0 * cols + 0.6, 2.4 * rows + 0.9)
+    height = 2.4 * rows + 1.2
+    fig = _figure(4.0 * cols + 0.8, height, top=0.6, bottom=0.85, hspace=0.4, wspace=0.08)
     axes = fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False).ravel()
     start, end = _span(series)
     unit, unit_name = _time_unit(end - start)
@@ -189,9 +199,9 @@ def plot_shares(
         axes[0].text(0.5, 0.5, "no job held accelerators", ha="center", va="center")
     axes[0].set_ylim(0, min(100.0, top * 1.15) if top > 0 else 100.0)
     if groups:
-        fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower right", ncols=2)
+        fig.legend(*axes[0].get_legend_handles_labels(), loc="lower right", ncols=2)
     fig.suptitle(f"Share of the pool per project vs guarantee ({total} accelerators)")
-    fig.supxlabel(f"Time since first event ({unit_name})")
+    fig.supxlabel(f"Time since first event ({unit_name})", y=0.15 / height, va="bottom")
     fig.supylabel("Share of pool (%)")
     return _save(fig, path)
 
