@@ -391,6 +391,11 @@ def test_quota_minimal_bastion_file():
             "q.toml:29: scheduler.options.thresholds: must be a number, string, boolean",
         ),
         ('users = ["ops"]', 'users = "ops"', "q.toml:19: admins.users: must be a list"),
+        (
+            'project1 = ["user1", "user2"]',
+            'project1 = "user1"',
+            "q.toml:6: project_membership.project1: must be a list of user-id regexes",
+        ),
     ],
 )
 def test_bad_quota(old, new, expected):

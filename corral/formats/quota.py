@@ -59,6 +59,14 @@ def _regex(value: Any) -> str:
     return value
 
 
+def _members(value: Any) -> list[Any]:
+    if not isinstance(value, list):
+        raise ValueError(
+            f'must be a list of user-id regexes like ["alice", "ml-.*"], got {show(value)}'
+        )
+    return value
+
+
 def _option(value: Any) -> object:
     ok = isinstance(value, int | float | str) or (
         isinstance(value, list)
@@ -107,7 +115,9 @@ class SchedulerModel(_Strict):
 class QuotaModel(_Strict):
     toml_schema: SchemaModel = Field(alias="toml-schema")
     total_resources: Any = None  # a table or tiers; validated by _total_resources
-    project_membership: dict[str, list[Regex]] = Field(default_factory=dict)
+    project_membership: dict[str, Annotated[list[Regex], BeforeValidator(_members)]] = Field(
+        default_factory=dict
+    )
     project_resources: dict[str, dict[str, Share]] = Field(default_factory=dict)
     project_limits: dict[str, dict[str, Limit]] = Field(default_factory=dict)
     priority_classes: dict[str, StrictInt] = Field(default_factory=dict)
