@@ -107,11 +107,11 @@ class LocalExecutor:
 
     def active(self) -> list[tuple[str, int]]:
         self._reap_children()
+        runs = [self._run(*key) for key in sorted(self._pending)]
         return [
-            key
-            for key in sorted(self._pending)
-            if not self._run(*key).file("status.json").exists()
-            and self._supervisor_alive(self._run(*key))
+            run.key
+            for run in runs
+            if not run.file("status.json").exists() and self._supervisor_alive(run)
         ]
 
     def log_path(self, job_id: str, attempt: int, worker: int) -> Path:

@@ -45,6 +45,31 @@ SPAWN_FAILED = 127  # the shell's code for "command not found"
 PR_SET_CHILD_SUBREAPER = 36
 
 
+@dataclass(slots=True)
+class Signals:
+    """What the signal handlers tell the loop: a stop was asked for, and a fd to wake on."""
+
+    wake_fd: int
+    stop_requested: bool = False
+
+    def handle(self, signum: int, _frame: object) -> None:
+        # SIGCHLD only needs to wake the loop, which the wakeup fd already does.
+        if signum != signal.SIGCHLD:
+            self.stop_requested = True
+
+    @classmethod
+    def install(cls) -> Signals:
+        """Installed before anything else, so an early terminate() is not lost."""
+        read_fd, write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        # The C-level handler writes every caught signal to write_fd, so a signal arriving
+        # just before select() still makes it return at once.
+        signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        signals = cls(read_fd)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
+            signal.signal(sig, signals.handle)
+        return signals
+
+
 class Supervisor:
     def __init__(self, run: RunDir, launch: Launch, signals: Signals) -> None:
         self.run = run
@@ -211,6 +236,7 @@ class Supervisor:
     def finish(self) -> AttemptExit:
         kill_escaped_descendants()
         self.reap()
+        assert self.outcome is not None  # settled() holds
         exit_code = None
         if self.outcome == SUCCEEDED:
             exit_code = 0
@@ -219,7 +245,7 @@ class Supervisor:
         result = AttemptExit(
             job_id=self.launch.job_id,
             attempt=self.launch.attempt,
-            outcome=self.outcome or FAILED,
+            outcome=self.outcome,
             exit_code=exit_code,
             worker_codes=list(self.codes),
             finished_at=time.time(),
@@ -249,41 +275,16 @@ def become_subreaper() -> None:
         log.warning("cannot become a subreaper: %s", err)
 
 
-@dataclass(slots=True)
-class Signals:
-    """What the signal handlers tell the loop: a stop was asked for, and a fd to wake on."""
-
-    wake_fd: int
-    stop_requested: bool = False
-
-    def handle(self, signum: int, _frame: object) -> None:
-        # SIGCHLD only needs to wake the loop, which the wakeup fd already does.
-        if signum != signal.SIGCHLD:
-            self.stop_requested = True
-
-    @classmethod
-    def install(cls) -> Signals:
-        """Installed before anything else, so an early terminate() is not lost."""
-        read_fd, write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        # The C-level handler writes every caught signal to write_fd, so a signal arriving
-        # just before select() still makes it return at once.
-        signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
-        signals = cls(read_fd)
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
-            signal.signal(sig, signals.handle)
-        return signals
-
-
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         print("usage: python -m corral.executors.supervisor RUN_DIR", file=sys.stderr)
         return 2
+    signals = Signals.install()
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s supervisor[%(process)d] %(levelname)s %(message)s"
     )
     run = RunDir.from_path(Path(args[0]))
-    signals = Signals.install()
     become_subreaper()
     write_json_atomic(run.file("supervisor.pid"), ProcessRef.of(os.getpid()).to_dict())
     if run.file("status.json").exists():
