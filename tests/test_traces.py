@@ -109,6 +109,18 @@ def test_philly_csv_errors_are_one_line(tmp_path, text, message):
     assert "\n" not in str(err.value)
 
 
+def test_unreadable_bytes_are_a_format_error(tmp_path):
+    path = tmp_path / "bin.csv"
+    path.write_bytes(b"timestamp,duration,num_gpus,gpu_time,cluster\n\xff\xfe,1,1,1,a\n")
+    with pytest.raises(FormatError) as err:
+        load_philly_csv(path)
+    assert str(err.value) == "bin.csv:2: not UTF-8 text (byte 0xff at offset 45)"
+    path = tmp_path / "bin.json"
+    path.write_bytes(b'[{"vc": "\xff"}]')
+    with pytest.raises(FormatError, match=r"^bin.json:1: not UTF-8 text"):
+        load_philly_json(path)
+
+
 def test_missing_file_is_a_format_error(tmp_path):
     with pytest.raises(FormatError, match="cannot read trace"):
         load_philly_csv(tmp_path / "absent.csv")

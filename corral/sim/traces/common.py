@@ -8,10 +8,12 @@ the times so the first job submits at 0, and turns them into `ScenarioJob`s. Bad
 
 from __future__ import annotations
 
+import csv
 import gc
 import math
 import re
 from collections import Counter
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -209,3 +211,41 @@ def header_index(name: str, header: list[str] | None, needed: tuple[str, ...]) -
             f"{name}:1: header: missing column(s) {', '.join(missing)} (found: {', '.join(cols)})"
         )
     return [cols.index(c) for c in needed]
+
+
+def load_csv(
+    path: str | Path,
+    columns: tuple[str, ...],
+    rows: Callable[[object, list[int], Skips], list[RawJob]],
+    *,
+    accelerator: str,
+    gpus_per_node: int,
+    skip_bad: bool,
+) -> TraceLoad:
+    """The frame of a CSV trace loader: header check, `rows(reader, column positions, skips)`
+    for the body, then sort, rebase and build. Unreadable bytes become one FormatError line."""
+    path = Path(path)
+    builder = JobBuilder(accelerator, gpus_per_node)
+    skips = Skips(path, skip_bad)
+    with open_text(path) as f, bulk():
+        reader = csv.reader(f)
+        try:
+            cols = header_index(path.name, next(reader, None), columns)
+            raw = rows(reader, cols, skips)
+        except csv.Error as err:
+            raise FormatError(f"{path.name}:{reader.line_num}: not a readable CSV: {err}") from None
+        except UnicodeDecodeError:
+            raise FormatError(f"{path.name}:{bad_utf8(path)}") from None
+        return finish_load(raw, builder, skips)
+
+
+def bad_utf8(path: Path) -> str:
+    """'LINE: why' for a file that is not UTF-8. Text files decode in chunks, so the error the
+    reader saw has no usable position; decoding the bytes again finds the line."""
+    data = path.read_bytes()
+    try:
+        data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        return f"{line}: not UTF-8 text (byte {data[err.start]:#04x} at offset {err.start})"
+    return "1: not UTF-8 text"

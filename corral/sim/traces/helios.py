@@ -8,21 +8,16 @@ skip_bad says.
 
 from __future__ import annotations
 
-import csv
 import math
 from pathlib import Path
 
 from corral.sim.traces.common import (
     BadRow,
-    JobBuilder,
     RawJob,
     Skips,
     TraceLoad,
-    bulk,
-    finish_load,
-    header_index,
+    load_csv,
     non_negative_int,
-    open_text,
     project_label,
     seconds,
     wall_clock,
@@ -38,14 +33,14 @@ def load_helios_csv(
     gpus_per_node: int = 8,
     skip_bad: bool = False,
 ) -> TraceLoad:
-    path = Path(path)
-    builder = JobBuilder(accelerator, gpus_per_node)
-    skips = Skips(path, skip_bad)
-    with open_text(path) as f, bulk():
-        reader = csv.reader(f)
-        cols = header_index(path.name, next(reader, None), COLUMNS)
-        raw = _rows(reader, cols, skips)
-        return finish_load(raw, builder, skips)
+    return load_csv(
+        path,
+        COLUMNS,
+        _rows,
+        accelerator=accelerator,
+        gpus_per_node=gpus_per_node,
+        skip_bad=skip_bad,
+    )
 
 
 def _rows(reader, cols: list[int], skips: Skips) -> list[RawJob]:

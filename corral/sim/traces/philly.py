@@ -7,19 +7,14 @@ so the project. The trace has no users: each job's user is its project. `gpu_tim
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 from corral.sim.traces.common import (
     BadRow,
-    JobBuilder,
     RawJob,
     Skips,
     TraceLoad,
-    bulk,
-    finish_load,
-    header_index,
-    open_text,
+    load_csv,
     positive_int,
     project_label,
     seconds,
@@ -38,14 +33,14 @@ def load_philly_csv(
 ) -> TraceLoad:
     """Load the Philly CSV. Bad rows raise FormatError('file:line: column: why'), or with
     skip_bad are left out and counted in `skipped`. Blank lines are ignored."""
-    path = Path(path)
-    builder = JobBuilder(accelerator, gpus_per_node)
-    skips = Skips(path, skip_bad)
-    with open_text(path) as f, bulk():
-        reader = csv.reader(f)
-        cols = header_index(path.name, next(reader, None), COLUMNS)
-        raw = _rows(reader, cols, skips)
-        return finish_load(raw, builder, skips)
+    return load_csv(
+        path,
+        COLUMNS,
+        _rows,
+        accelerator=accelerator,
+        gpus_per_node=gpus_per_node,
+        skip_bad=skip_bad,
+    )
 
 
 def _rows(reader, cols: list[int], skips: Skips) -> list[RawJob]:

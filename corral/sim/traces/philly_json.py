@@ -19,6 +19,7 @@ from corral.sim.traces.common import (
     RawJob,
     Skips,
     TraceLoad,
+    bad_utf8,
     bulk,
     finish_load,
     open_text,
@@ -41,7 +42,10 @@ def load_philly_json(
     builder = JobBuilder(accelerator, gpus_per_node)
     skips = Skips(path, skip_bad)
     with open_text(path) as f:
-        text = f.read()
+        try:
+            text = f.read()
+        except UnicodeDecodeError:
+            raise FormatError(f"{path.name}:{bad_utf8(path)}") from None
     with bulk():
         raw: list[RawJob] = []
         for index, (line, obj) in enumerate(_objects(path.name, text)):
