@@ -85,11 +85,9 @@ class Series:
 
     def integral(self, values: np.ndarray, end: float | None = None) -> float:
         """Area under a step function of this series from times[0] to `end` (default: last)."""
-        return float(step_area(self.times, values, np.array([end_or(self.times, end)]))[0])
-
-
-def end_or(times: np.ndarray, end: float | None) -> float:
-    return float(times[-1]) if end is None and len(times) else float(end or 0.0)
+        if end is None:
+            end = float(self.times[-1]) if len(self.times) else 0.0
+        return float(step_area(self.times, values, np.array([end]))[0])
 
 
 def infos_from_jobs(jobs: Iterable[ScenarioJob]) -> dict[str, JobInfo]:

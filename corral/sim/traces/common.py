@@ -1,7 +1,7 @@
 """What every trace loader shares: the result record, row parsing and the job builder.
 
-Loaders collect one `RawJob` per good row, then `JobBuilder.jobs` sorts them by submit time, rebases
-the times so the first job submits at 0, and turns them into `ScenarioJob`s. Bad rows raise
+Loaders collect one `RawJob` per good row, then `JobBuilder.jobs` sorts them by submit time,
+rebases the times so the first job submits at 0, and turns them into `ScenarioJob`s. Bad rows raise
 `BadRow(field, message)`; the loader adds the file name and line so the user sees one line like
 ``philly.csv:1234: num_gpus: must be a positive integer, got 'x'``.
 """
