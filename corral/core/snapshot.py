@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sortedcontainers import SortedKeyList
 
@@ -24,6 +24,11 @@ def default_queue_key(job: Job) -> tuple:
     return (-job.priority, job.submit_time, job.name, job.id)
 
 
+def _end_key(run: Running) -> tuple:
+    end = run.expected_end()
+    return (end is None, end or 0.0, run.started_at, run.job.id)
+
+
 @dataclass(slots=True)
 class Cluster:
     nodes: tuple[Node, ...]
@@ -33,6 +38,18 @@ class Cluster:
     by_type: dict[str, tuple[int, ...]]  # accelerator -> node positions
     capacity: dict[str, int]  # accelerator -> inventory count
     largest_node: dict[str, int]  # accelerator -> most accelerators on one node
+    typed_domains: dict[str, dict[str, tuple[int, ...]]]  # accelerator -> domain -> its nodes
+    _slots: dict[tuple[str, int], dict[str, int]] = field(default_factory=dict)
+
+    def worker_slots(self, accelerator: str, per_worker: int) -> dict[str, int]:
+        """Per domain, how many workers of this size fit on an empty pool (cached)."""
+        key = (accelerator, per_worker)
+        if key not in self._slots:
+            self._slots[key] = {
+                d: sum(self.nodes[i].count // per_worker for i in nodes)
+                for d, nodes in self.typed_domains.get(accelerator, {}).items()
+            }
+        return self._slots[key]
 
     @classmethod
     def build(cls, nodes: Sequence[Node]) -> Cluster:
@@ -46,6 +63,10 @@ class Cluster:
             by_type[n.accelerator].append(i)
             capacity[n.accelerator] += n.count
             largest[n.accelerator] = max(largest.get(n.accelerator, 0), n.count)
+        typed: dict[str, dict[str, tuple[int, ...]]] = defaultdict(dict)
+        for d, idx in domains.items():
+            for accel in sorted({ordered[i].accelerator for i in idx}):
+                typed[accel][d] = tuple(i for i in idx if ordered[i].accelerator == accel)
         return cls(
             nodes=ordered,
             index={n.name: i for i, n in enumerate(ordered)},
@@ -54,26 +75,26 @@ class Cluster:
             by_type={t: tuple(v) for t, v in sorted(by_type.items())},
             capacity=dict(capacity),
             largest_node=largest,
+            typed_domains=dict(typed),
         )
-
-    def domains_with(self, accelerator: str) -> list[str]:
-        return [d for d, idx in self.domains.items() if any(
-            self.nodes[i].accelerator == accelerator for i in idx)]
 
 
 class PendingQueue:
     """Pending jobs kept sorted by the policy's static key: per project and user, and overall."""
 
-    __slots__ = ("key", "jobs", "all", "by_user", "demand")
+    __slots__ = ("key", "jobs", "all", "by_user", "by_shape", "demand", "bounded", "shapes")
 
     def __init__(self, key: QueueKey):
         self.key = key
         self.jobs: dict[str, Job] = {}
         self.all = SortedKeyList(key=key)
         self.by_user: dict[str, dict[str, SortedKeyList]] = {}  # project -> user -> jobs
+        self.by_shape: dict[tuple[str, int, int], SortedKeyList] = {}  # see core/order.py
         # project -> (accelerator, demand) -> count: lets a cycle see at once whether any of a
         # project's jobs could fit, without walking its queue.
         self.demand: dict[str, Counter[tuple[str, int, int]]] = defaultdict(Counter)
+        self.bounded: Counter[str] = Counter()  # project -> pending jobs with a max_runtime
+        self.shapes: Counter[tuple[str, int, int]] = Counter()  # the same over all projects
 
     def __len__(self) -> int:
         return len(self.jobs)
@@ -88,8 +109,12 @@ class PendingQueue:
         self.all.add(job)
         users = self.by_user.setdefault(job.project, {})
         users.setdefault(job.user, SortedKeyList(key=self.key)).add(job)
-        r = job.resources
-        self.demand[job.project][(r.accelerator, r.per_worker, r.total)] += 1
+        shape = shape_of(job)
+        self.by_shape.setdefault(shape, SortedKeyList(key=self.key)).add(job)
+        self.demand[job.project][shape] += 1
+        self.shapes[shape] += 1
+        if job.max_runtime is not None:
+            self.bounded[job.project] += 1
 
     def remove(self, job_id: str) -> Job:
         job = self.jobs.pop(job_id)
@@ -101,15 +126,30 @@ class PendingQueue:
             del users[job.user]
             if not users:
                 del self.by_user[job.project]
-        r = job.resources
+        if job.max_runtime is not None:
+            self.bounded[job.project] -= 1
+        shape = shape_of(job)
+        same = self.by_shape[shape]
+        same.remove(job)
+        if not same:
+            del self.by_shape[shape]
+        _decrement(self.shapes, shape)
         counts = self.demand[job.project]
-        shape = (r.accelerator, r.per_worker, r.total)
-        counts[shape] -= 1
-        if not counts[shape]:
-            del counts[shape]
-            if not counts:
-                del self.demand[job.project]
+        _decrement(counts, shape)
+        if not counts:
+            del self.demand[job.project]
         return job
+
+
+def shape_of(job: Job) -> tuple[str, int, int]:
+    r = job.resources
+    return (r.accelerator, r.per_worker, r.gang)
+
+
+def _decrement(counter: Counter, key) -> None:
+    counter[key] -= 1
+    if not counter[key]:
+        del counter[key]
 
 
 class Snapshot:
@@ -122,8 +162,22 @@ class Snapshot:
         n = len(self.cluster.nodes)
         self.free: list[int] = [node.count for node in self.cluster.nodes]
         self.node_jobs: list[int] = [0] * n  # running workers on each node
+        # accelerator -> [number of nodes with k free for k in 0..largest node]: lets a cycle
+        # tell at once whether a shape can fit anywhere.
+        self.free_hist: dict[str, list[int]] = {}
+        for accel, size in self.cluster.largest_node.items():
+            self.free_hist[accel] = [0] * (size + 1)
+        for node in self.cluster.nodes:
+            self.free_hist[node.accelerator][node.count] += 1
+        self.terminating: dict[str, Running] = {}
         self.exclusive_domains: dict[str, str] = {}  # domain -> job id holding it alone
         self.running: dict[str, Running] = {}
+        self.running_by_project: dict[str, dict[str, Running]] = defaultdict(dict)
+        # Running jobs by when they will end at the latest (declared max_runtime), unknown ends
+        # last and oldest first: the order in which a reservation expects capacity back.
+        self.running_by_end = SortedKeyList(key=_end_key)
+        # project -> priority -> preemptible running jobs: can a pending job outrank one?
+        self.running_priorities: dict[str, Counter[int]] = defaultdict(Counter)
         self.pending = PendingQueue(queue_key or default_queue_key)
         self.usage: dict[str, Counter[str]] = defaultdict(Counter)  # project -> type -> held
         self.capacity = self._capacity()
@@ -180,7 +234,7 @@ class Snapshot:
                 self.pending.add(job)
                 raise ValueError(f"node {self.cluster.nodes[i].name} lacks {per} free")
         for i in where:
-            self.free[i] -= per
+            self._change_free(i, -per)
             self.node_jobs[i] += 1
         if job.resources.exclusive:
             for i in where:
@@ -188,15 +242,30 @@ class Snapshot:
         self.usage[job.project][job.accelerator] += job.demand
         run = Running(job=job, nodes=where, started_at=now)
         self.running[job.id] = run
+        self.running_by_project[job.project][job.id] = run
+        self.running_by_end.add(run)
+        if job.preemptible:
+            self.running_priorities[job.project][job.priority] += 1
         return run
 
     def stop(self, job_id: str) -> Running:
         """Release a running job's accelerators (it finished, failed, or was preempted)."""
         run = self.running.pop(job_id)
+        self.running_by_end.remove(run)
         job = run.job
+        by_project = self.running_by_project[job.project]
+        del by_project[job_id]
+        if not by_project:
+            del self.running_by_project[job.project]
+        if job.preemptible:
+            prios = self.running_priorities[job.project]
+            prios[job.priority] -= 1
+            if not prios[job.priority]:
+                del prios[job.priority]
         per = job.resources.per_worker
+        self.terminating.pop(job_id, None)
         for i in run.nodes:
-            self.free[i] += per
+            self._change_free(i, per)
             self.node_jobs[i] -= 1
         if job.resources.exclusive:
             for i in run.nodes:
@@ -208,7 +277,15 @@ class Snapshot:
         return run
 
     def mark_terminating(self, job_id: str) -> None:
-        self.running[job_id].terminating = True
+        run = self.running[job_id]
+        run.terminating = True
+        self.terminating[job_id] = run
+
+    def _change_free(self, node: int, amount: int) -> None:
+        hist = self.free_hist[self.cluster.nodes[node].accelerator]
+        hist[self.free[node]] -= 1
+        self.free[node] += amount
+        hist[self.free[node]] += 1
 
     # -- reads -------------------------------------------------------------------------------
 

@@ -1,0 +1,262 @@
+"""One scheduling cycle's scratch state: a copy-on-write overlay of the snapshot.
+
+Admissions and preemptions chosen earlier in the cycle must be visible to later choices, but
+the snapshot itself stays untouched (`decide` is pure). The overlay also keeps the cheap
+indexes (per-type histograms of free accelerators per node) that let a cycle skip jobs that
+cannot possibly fit without walking the nodes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from sortedcontainers import SortedList
+
+from corral.core.model import Decision, Job, Preempt, Reason, Running, Start
+from corral.core.snapshot import Snapshot
+
+
+@dataclass(slots=True)
+class Reservation:
+    job: Job
+    nodes: tuple[int, ...]  # where the job will start
+    due: float | None  # when the capacity is expected to be there; None: not known
+    held: dict[int, int]  # node -> accelerators that jobs outlasting `due` may not take
+
+
+class Cycle:
+    __slots__ = (
+        "snap",
+        "spread",
+        "free",
+        "node_jobs",
+        "exclusive",
+        "usage",
+        "_copied",
+        "victims",
+        "releasing",
+        "reservation",
+        "decision",
+        "_hist",
+        "_hist_long",
+        "_domains",
+        "_pristine",
+    )
+
+    def __init__(self, snap: Snapshot, spread: bool = False):
+        self.snap = snap
+        self.spread = spread
+        self.free = list(snap.free)
+        self.node_jobs = list(snap.node_jobs)
+        self.exclusive = dict(snap.exclusive_domains)
+        self.usage = snap.usage  # copied per project on first write
+        self._copied: set[str] = set()
+        self.victims: dict[str, Running] = {}  # chosen for preemption in this cycle
+        # Accelerators of running jobs already told to stop: free soon, at no further cost.
+        self.releasing = list(snap.terminating.values())
+        self.reservation: Reservation | None = None
+        self.decision = Decision()
+        self._hist: dict[str, list[int]] = {}
+        self._hist_long: dict[str, list[int]] = {}
+        self._domains: dict[str, SortedList] = {}
+        self._pristine = True  # free map still equals the snapshot's: reuse its histograms
+
+    def probe(self) -> Cycle:
+        """A scratch copy of the free map for what-if placement (preemption, reservation)."""
+        other = Cycle.__new__(Cycle)
+        other.snap = self.snap
+        other.spread = self.spread
+        other.free = list(self.free)
+        other.node_jobs = list(self.node_jobs)
+        other.exclusive = dict(self.exclusive)
+        other.usage = self.usage
+        other._copied = set()
+        other.victims = {}
+        other.releasing = []
+        other.reservation = None
+        other.decision = Decision()
+        other._hist, other._hist_long, other._domains = {}, {}, {}
+        other._pristine = self._pristine
+        return other
+
+    def release(self, run: Running) -> None:
+        """What-if: give back a running job's accelerators (on a probe)."""
+        self.occupy(run.job, run.nodes, -1)
+
+    def occupy(self, job: Job, nodes: tuple[int, ...], sign: int = 1) -> None:
+        per = job.resources.per_worker
+        for i in nodes:
+            self._take(i, sign * per)
+            self.node_jobs[i] += sign
+        if job.resources.exclusive:
+            for i in nodes:
+                domain = self.snap.cluster.domain_of[i]
+                if sign > 0:
+                    self.exclusive[domain] = job.id
+                else:
+                    self.exclusive.pop(domain, None)
+
+    # -- usage -------------------------------------------------------------------------------
+
+    def held(self, project: str, accelerator: str) -> int:
+        return self.usage.get(project, {}).get(accelerator, 0)
+
+    def _add_usage(self, project: str, accelerator: str, amount: int) -> None:
+        if self.usage is self.snap.usage:
+            self.usage = dict(self.snap.usage)
+        if project not in self._copied:
+            self.usage[project] = Counter(self.usage.get(project, ()))
+            self._copied.add(project)
+        self.usage[project][accelerator] += amount
+
+    def ratio(self, project: str, accelerator: str, extra: int = 0) -> float:
+        """Usage over guarantee for one type, after adding `extra`."""
+        g = self.snap.guarantee_of(project, accelerator)
+        held = self.held(project, accelerator) + extra
+        if g <= 0:
+            return float("inf") if held > 0 else 0.0
+        return held / g
+
+    def within_guarantee(self, job: Job) -> bool:
+        g = self.snap.guarantee_of(job.project, job.accelerator)
+        return self.held(job.project, job.accelerator) + job.demand <= g + 1e-9
+
+    # -- free-capacity histograms ------------------------------------------------------------
+
+    def _histogram(self, accelerator: str, long: bool) -> list[int]:
+        if long and self.reservation is not None:
+            hist = self._hist_long.get(accelerator)
+            if hist is None:
+                hist = self._held_histogram(accelerator)
+            return hist
+        hist = self._hist.get(accelerator)
+        if hist is None:
+            if self._pristine:
+                hist = list(self.snap.free_hist.get(accelerator, [0]))
+            else:
+                size = self.snap.cluster.largest_node.get(accelerator, 0)
+                hist = [0] * (size + 1)
+                for i in self.snap.cluster.by_type.get(accelerator, ()):
+                    hist[self.free[i]] += 1
+            self._hist[accelerator] = hist
+        return hist
+
+    def _held_histogram(self, accelerator: str) -> list[int]:
+        """The free histogram with held accelerators taken out: only held nodes differ."""
+        hist = list(self._histogram(accelerator, False))
+        nodes = self.snap.cluster.nodes
+        for i, held in self.reservation.held.items():
+            if nodes[i].accelerator == accelerator:
+                hist[self.free[i]] -= 1
+                hist[max(0, self.free[i] - held)] += 1
+        self._hist_long[accelerator] = hist
+        return hist
+
+    def avail(self, node: int, long: bool) -> int:
+        """Free accelerators on a node for a job; `long` jobs may not take reserved ones."""
+        free = self.free[node]
+        if long and self.reservation is not None:
+            return max(0, free - self.reservation.held.get(node, 0))
+        return free
+
+    def max_block(self, accelerator: str, long: bool = True) -> int:
+        hist = self._histogram(accelerator, long)
+        for k in range(len(hist) - 1, 0, -1):
+            if hist[k]:
+                return k
+        return 0
+
+    def may_fit(self, job: Job, long: bool) -> bool:
+        """Cheap necessary condition: enough per_worker-sized blocks of the job's type."""
+        r = job.resources
+        return self.may_fit_shape(r.accelerator, r.per_worker, r.gang, long)
+
+    def may_fit_shape(self, accelerator: str, per_worker: int, workers: int, long: bool) -> bool:
+        hist = self._histogram(accelerator, long)
+        blocks = 0
+        for k in range(per_worker, len(hist)):
+            blocks += hist[k] * (k // per_worker)
+            if blocks >= workers:
+                return True
+        return False
+
+    def may_fit_project(self, project: str) -> bool:
+        """Could any pending job of the project fit in what is free now?"""
+        pending = self.snap.pending
+        long = self.reservation is not None and not pending.bounded[project]
+        for accelerator, per_worker, workers in pending.demand.get(project, ()):
+            if self.may_fit_shape(accelerator, per_worker, workers, long):
+                return True
+        return False
+
+    def may_fit_any(self) -> bool:
+        """Could any pending job fit? (Held capacity counts as free: conservative.)"""
+        return any(self.may_fit_shape(a, p, w, False) for a, p, w in self.snap.pending.shapes)
+
+    def domains_by_free(self, accelerator: str) -> SortedList:
+        """(free accelerators of the type, domain) for every domain holding the type."""
+        index = self._domains.get(accelerator)
+        if index is None:
+            typed = self.snap.cluster.typed_domains.get(accelerator, {})
+            free = self.free
+            index = SortedList((sum(free[i] for i in nodes), d) for d, nodes in typed.items())
+            self._domains[accelerator] = index
+        return index
+
+    def _take(self, node: int, amount: int) -> None:
+        """Move `amount` accelerators of a node between free and used, keeping the indexes."""
+        self._pristine = False
+        cluster = self.snap.cluster
+        accel = cluster.nodes[node].accelerator
+        index = self._domains.get(accel)
+        if index is not None:
+            domain = cluster.domain_of[node]
+            total = sum(self.free[i] for i in cluster.typed_domains[accel][domain])
+            index.remove((total, domain))
+            index.add((total - amount, domain))
+        hist, hist_long = self._hist.get(accel), self._hist_long.get(accel)
+        free = self.free[node]
+        held = self.reservation.held.get(node, 0) if hist_long is not None else 0
+        if hist is not None:
+            hist[free] -= 1
+            hist[free - amount] += 1
+        if hist_long is not None:
+            hist_long[max(0, free - held)] -= 1
+            hist_long[max(0, free - amount - held)] += 1
+        self.free[node] = free - amount
+
+    # -- outcomes ----------------------------------------------------------------------------
+
+    def admit(self, job: Job, nodes: tuple[int, ...]) -> None:
+        self.occupy(job, nodes)
+        self._add_usage(job.project, job.accelerator, job.demand)
+        self.decision.starts.append(Start(job.id, self.snap.node_names(nodes)))
+
+    def preempt(self, victims: list[Running], nodes: tuple[int, ...], preemptor: Job, why: str):
+        for run in victims:
+            self.victims[run.job.id] = run
+            self._add_usage(run.job.project, run.job.accelerator, -run.job.demand)
+            self.decision.preemptions.append(Preempt(run.job.id, why, preemptor.id))
+        # The preemptor's share is counted as taken now, and the free accelerators its
+        # placement needs beside the victims' are claimed, so no later job in this cycle takes
+        # them and leaves it short once the victims are gone.
+        self._add_usage(preemptor.project, preemptor.accelerator, preemptor.demand)
+        need: Counter[int] = Counter()
+        for i in nodes:
+            need[i] += preemptor.resources.per_worker
+        for run in victims:
+            for i in run.nodes:
+                need[i] -= run.job.resources.per_worker
+        for i, amount in need.items():
+            if amount > 0:
+                self._take(i, min(amount, self.free[i]))
+        n = len(victims)
+        self.wait(preemptor, "preempting", f"preempting {n} job{'s' * (n > 1)} to make room")
+
+    def wait(self, job: Job, code: str, message: str) -> None:
+        self.decision.reasons[job.id] = Reason(code, message)
+
+    def reserve(self, reservation: Reservation) -> None:
+        self.reservation = reservation
+        self._hist_long.clear()  # availability for long jobs changed

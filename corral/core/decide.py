@@ -1,0 +1,101 @@
+"""`decide(snapshot, policy) -> Decision`: one scheduling cycle. Pure: no I/O, no clock.
+
+For each pending job in the policy's order: hard limits, then fit (backfill: a job that does
+not fit never blocks the ones behind it), then preemption, then a reason. The first blocked
+job the policy allows gets a reservation, computed only when a later job would otherwise take
+capacity it needs (most cycles never pay for it).
+"""
+
+from __future__ import annotations
+
+from corral.core import reasons
+from corral.core.cycle import Cycle
+from corral.core.fit import place
+from corral.core.model import Decision, Job
+from corral.core.policy import Policy
+from corral.core.preempt import fits_after_release
+from corral.core.reserve import is_short, plan_reservation
+from corral.core.snapshot import Snapshot
+
+
+class _Reserver:
+    """The first blocked job allowed a reservation, and its reservation once computed."""
+
+    __slots__ = ("job", "planned")
+
+    def __init__(self) -> None:
+        self.job: Job | None = None
+        self.planned = False
+
+    def before_admitting(self, cycle: Cycle) -> bool:
+        """Plan the reservation if still pending. True when one now constrains placement."""
+        if self.job is None or self.planned:
+            return False
+        self.planned = True
+        reservation = plan_reservation(cycle, self.job)
+        if reservation is None:
+            return False
+        cycle.reserve(reservation)
+        return True
+
+
+def decide(snap: Snapshot, policy: Policy) -> Decision:
+    cycle = Cycle(snap, spread=policy.spread)
+    reserver = _Reserver()
+    for job in policy.order(cycle):
+        _consider(cycle, policy, reserver, job)
+    decision = cycle.decision
+    decision.fallback = lambda job: _fallback(cycle, job)
+    decision.wake_at = policy.wake_at(snap)
+    return decision
+
+
+def _consider(cycle: Cycle, policy: Policy, reserver: _Reserver, job: Job) -> None:
+    capped = reasons.limit(cycle, job)
+    if capped is not None:
+        cycle.wait(job, capped.code, capped.message)
+        return
+    nodes = _fit(cycle, job)
+    if nodes is not None and reserver.before_admitting(cycle):
+        nodes = _fit(cycle, job)
+    if nodes is not None:
+        cycle.admit(job, nodes)
+        return
+    if fits_after_release(cycle, job):
+        why = reasons.releasing(cycle)
+        cycle.wait(job, why.code, why.message)
+        return
+    found = policy.victims(cycle, job)
+    if found is not None:
+        cycle.preempt(found.victims, found.nodes, job, found.why)
+        return
+    why = _blocked(cycle, job)
+    if reserver.job is None and policy.may_reserve(cycle, job):
+        reserver.job = job
+    cycle.wait(job, why.code, why.message)
+
+
+def _long(cycle: Cycle, job: Job) -> bool:
+    res = cycle.reservation
+    return res is not None and not is_short(job, res, cycle.snap.now)
+
+
+def _fit(cycle: Cycle, job: Job) -> tuple[int, ...] | None:
+    long = _long(cycle, job)
+    if not cycle.may_fit(job, long):
+        return None
+    return place(cycle, job, long)
+
+
+def _blocked(cycle: Cycle, job: Job):
+    res = cycle.reservation
+    long = _long(cycle, job)
+    if long and cycle.may_fit(job, long=False):  # would fit but for the reservation
+        return reasons.reserved(job, res.job)
+    return reasons.blocked(cycle, job, long=long)
+
+
+def _fallback(cycle: Cycle, job: Job):
+    """Reason for a job the cycle skipped because nothing could change for it."""
+    capped = reasons.limit(cycle, job)
+    return capped if capped is not None else reasons.blocked(cycle, job)

@@ -1,0 +1,113 @@
+"""Placement: where a gang's workers go, or None when it does not fit.
+
+A worker needs `per_worker` free accelerators of its type on one node; each slice's workers lie
+in one domain; an exclusive slice owns its domain alone. `pack` (best fit) takes the fullest
+domain and the fullest nodes that fit, keeping large blocks free for big gangs; `spread` takes
+the emptiest. Domains are visited in order of free capacity from an index, so a fit usually
+looks at one domain, not all of them.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+
+from corral.core.cycle import Cycle
+from corral.core.model import Job
+
+
+def place(cycle: Cycle, job: Job, long: bool = True) -> tuple[int, ...] | None:
+    """Node of each worker (slice-major), honouring the cycle's free map, or None."""
+    r = job.resources
+    taken: dict[int, int] = {}  # node -> accelerators this job claims already (earlier slices)
+    used_domains: set[str] = set()
+    placement: list[int] = []
+    for _ in range(r.slices):
+        nodes = _place_slice(cycle, job, long, taken, used_domains)
+        if nodes is None:
+            return None
+        placement.extend(nodes)
+    return tuple(placement)
+
+
+def _place_slice(
+    cycle: Cycle, job: Job, long: bool, taken: dict[int, int], used_domains: set[str]
+) -> list[int] | None:
+    r = job.resources
+    per = r.per_worker
+    typed = cycle.snap.cluster.typed_domains.get(r.accelerator, {})
+    for domain in _candidate_domains(cycle, job, typed):
+        if not _domain_open(cycle, job, domain, used_domains):
+            continue
+        room = _room(cycle, typed[domain], per, long, taken)
+        if sum(a // per for a in room.values()) < r.workers:
+            continue
+        workers = _assign(room, per, r.workers, cycle.spread)
+        for i in workers:
+            taken[i] = taken.get(i, 0) + r.per_worker
+        used_domains.add(domain)
+        return workers
+    return None
+
+
+def _room(cycle: Cycle, nodes, per: int, long: bool, taken: dict[int, int]) -> dict[int, int]:
+    """Free accelerators of each node that can take at least one worker."""
+    free = cycle.free
+    held = cycle.reservation.held if long and cycle.reservation is not None else None
+    if held is None and not taken:
+        return {i: free[i] for i in nodes if free[i] >= per}
+    room = {}
+    for i in nodes:
+        a = free[i] - taken.get(i, 0) - (held.get(i, 0) if held else 0)
+        if a >= per:
+            room[i] = a
+    return room
+
+
+def _candidate_domains(cycle: Cycle, job: Job, typed: dict):
+    """Domains that have at least the slice's size free, best first for the strategy."""
+    r = job.resources
+    if len(typed) == 1:
+        yield from typed
+        return
+    index = cycle.domains_by_free(r.accelerator)
+    if cycle.spread:
+        for i in range(len(index) - 1, -1, -1):
+            free, domain = index[i]
+            if free < r.per_worker * r.workers:
+                return
+            yield domain
+        return
+    start = bisect_left(index, (r.per_worker * r.workers, ""))
+    for i in range(start, len(index)):
+        yield index[i][1]
+
+
+def _domain_open(cycle: Cycle, job: Job, domain: str, used_domains: set[str]) -> bool:
+    if domain in cycle.exclusive:
+        return False
+    if not job.resources.exclusive:
+        return True
+    if domain in used_domains:
+        return False
+    # An exclusive slice needs the whole domain empty, whatever the type of its other nodes.
+    return all(cycle.node_jobs[i] == 0 for i in cycle.snap.cluster.domains[domain])
+
+
+def _assign(room: dict[int, int], per: int, workers: int, spread: bool) -> list[int]:
+    out: list[int] = []
+    if workers == 1:  # the common case: one best (or, spreading, emptiest) node
+        pick = max if spread else min
+        return [pick(room, key=lambda i: (room[i], -i if spread else i))]
+    if spread:  # one worker per node, emptiest first, round after round
+        order = sorted(room, key=lambda i: (-room[i], i))
+        while len(out) < workers:
+            for i in order:
+                if room[i] >= per and len(out) < workers:
+                    out.append(i)
+                    room[i] -= per
+        return out
+    for i in sorted(room, key=lambda i: (room[i], i)):  # fullest node that fits first
+        while room[i] >= per and len(out) < workers:
+            out.append(i)
+            room[i] -= per
+    return out

@@ -1,0 +1,47 @@
+"""Walking a global queue without walking all of it.
+
+The snapshot keeps pending jobs grouped by shape (accelerator, per_worker, workers). Merging
+the shape queues by the policy's key gives the global order; a shape whose jobs can no longer
+start in this cycle is dropped whole. A cycle then costs what it admits plus one look per
+shape, not one per pending job: what lets the simulator replay a busy trace in seconds.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterator
+
+from corral.core.cycle import Cycle
+from corral.core.model import Job
+
+Shape = tuple[str, int, int]
+
+
+def merged_by_shape(
+    cycle: Cycle, viable: Callable[[Shape], bool], after: tuple | None = None
+) -> Iterator[Job]:
+    """Pending jobs in queue-key order (strictly after `after`), skipping dead shapes."""
+    pending = cycle.snap.pending
+    key = pending.key
+    heap = []
+    for shape, jobs in pending.by_shape.items():
+        if not viable(shape):
+            continue
+        i = 0 if after is None else jobs.bisect_key_right(after)
+        if i < len(jobs):
+            heap.append((key(jobs[i]), shape, i))
+    heapq.heapify(heap)
+    while heap:
+        _, shape, i = heapq.heappop(heap)
+        if not viable(shape):
+            continue
+        jobs = pending.by_shape[shape]
+        yield jobs[i]
+        if i + 1 < len(jobs):
+            heapq.heappush(heap, (key(jobs[i + 1]), shape, i + 1))
+
+
+def fits_shape(cycle: Cycle, shape: Shape) -> bool:
+    """May a job of this shape fit now? Jobs with a max_runtime may use held capacity."""
+    long = cycle.reservation is not None and not any(cycle.snap.pending.bounded.values())
+    return cycle.may_fit_shape(*shape, long)

@@ -1,0 +1,51 @@
+"""The interface every scheduling policy implements, and the defaults most of them share.
+
+A policy decides three things: the order pending jobs are considered in, which running jobs a
+blocked job may preempt, and whether a blocked job holds a reservation. Placement, backfill,
+reasons and the cycle itself are common (see decide.py). Subclass `Policy` in one file to try
+an idea: `corral simulate --policy mymodule:MyPolicy`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from corral.core.cycle import Cycle
+from corral.core.model import Job
+from corral.core.preempt import Preemption
+from corral.core.snapshot import Snapshot, default_queue_key
+from corral.formats.types import SchedulerConfig
+
+
+class Policy:
+    name = "base"
+    preemptive = False  # the simulator and server only need victims from preemptive policies
+
+    def __init__(self, config: SchedulerConfig | None = None):
+        self.config = config or SchedulerConfig()
+        self.spread = self.config.placement == "spread"
+        self.min_runtime = self.config.preempt_min_runtime
+
+    def option(self, key: str, default):
+        return self.config.options.get(key, default)
+
+    def queue_key(self, job: Job) -> tuple:
+        """Static sort key of a pending job; the snapshot keeps its queues sorted by it."""
+        return default_queue_key(job)
+
+    def order(self, cycle: Cycle) -> Iterator[Job]:
+        """Pending jobs in the order they may be admitted. May stop early when nothing else
+        could be admitted: the jobs not yielded get a derived reason."""
+        yield from cycle.snap.pending.all
+
+    def victims(self, cycle: Cycle, job: Job) -> Preemption | None:
+        """Running jobs to preempt so that `job` fits, with the reason; None: no preemption."""
+        return None
+
+    def may_reserve(self, cycle: Cycle, job: Job) -> bool:
+        """May this blocked job hold a reservation (only the first such job gets one)?"""
+        return False
+
+    def wake_at(self, snap: Snapshot) -> float | None:
+        """A time at which the decision may change even if nothing happens."""
+        return None

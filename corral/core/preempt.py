@@ -1,0 +1,69 @@
+"""Victim search shared by all preempting policies.
+
+Candidates are freed one at a time, in the policy's order, until the job fits; then victims
+that turned out not to be needed are given back, latest choice first. A job is never preempted
+when freeing every allowed candidate would still not make room (no useless preemption).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from corral.core.cycle import Cycle
+from corral.core.fit import place
+from corral.core.model import Job, Running
+
+
+def eligible(cycle: Cycle, run: Running, min_runtime: float) -> bool:
+    """May this running job be a victim at all?"""
+    return (
+        run.job.preemptible
+        and not run.terminating
+        and run.job.id not in cycle.victims
+        and cycle.snap.now - run.started_at >= min_runtime
+    )
+
+
+@dataclass(slots=True)
+class Preemption:
+    victims: list[Running]
+    nodes: tuple[int, ...]  # where the job will go once they are gone
+    why: str = ""
+
+
+def find_victims(cycle: Cycle, job: Job, candidates: Iterable[Running]) -> Preemption | None:
+    """The smallest prefix-then-pruned set of candidates whose release lets `job` fit."""
+    probe = cycle.probe()
+    chosen: list[Running] = []
+    freed = sum(cycle.free[i] for i in cycle.snap.cluster.by_type.get(job.accelerator, ()))
+    nodes = None
+    for run in candidates:
+        probe.release(run)
+        chosen.append(run)
+        freed += run.job.demand
+        if freed >= job.demand and probe.may_fit(job, long=False):
+            nodes = place(probe, job, long=False)
+            if nodes is not None:
+                break
+    if nodes is None:
+        return None
+    for run in reversed(chosen[:-1]):
+        probe.occupy(run.job, run.nodes)
+        fewer = place(probe, job, long=False) if probe.may_fit(job, long=False) else None
+        if fewer is not None:
+            chosen.remove(run)
+            nodes = fewer
+        else:
+            probe.release(run)
+    return Preemption(chosen, nodes)
+
+
+def fits_after_release(cycle: Cycle, job: Job) -> bool:
+    """Would the job fit once the jobs already told to stop are gone?"""
+    if not cycle.releasing:
+        return False
+    probe = cycle.probe()
+    for run in cycle.releasing:
+        probe.release(run)
+    return place(probe, job, long=False) is not None

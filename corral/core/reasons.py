@@ -1,0 +1,75 @@
+"""Why a job waits: a reason code and one sentence a user can act on (DESIGN.md §3.11)."""
+
+from __future__ import annotations
+
+from corral.core.cycle import Cycle
+from corral.core.model import Job, Reason
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+def capacity(cycle: Cycle, job: Job, long: bool = True) -> Reason:
+    r = job.resources
+    hist = cycle._histogram(r.accelerator, long)
+    blocks = sum(hist[k] * (k // r.per_worker) for k in range(r.per_worker, len(hist)))
+    where = " in one domain" if r.slices == 1 and len(cycle.snap.cluster.domains) > 1 else ""
+    if r.slices > 1:
+        where = f" ({r.slices} slices of {r.workers}, each in one domain)"
+    if r.exclusive:
+        where = f" ({_plural(r.slices, 'empty domain')}, exclusive)"
+    largest = cycle.max_block(r.accelerator, long)
+    return Reason(
+        "capacity",
+        f"needs {_plural(r.gang, 'worker')} with {r.per_worker} free {r.accelerator} each{where};"
+        f" the largest free block is {largest} {r.accelerator}"
+        f" ({_plural(blocks, 'worker slot')} free in all)",
+    )
+
+
+def quota(cycle: Cycle, job: Job) -> Reason:
+    held = cycle.held(job.project, job.accelerator)
+    g = cycle.snap.guarantee_of(job.project, job.accelerator)
+    return Reason(
+        "quota",
+        f"project {job.project} holds {held} of its {g:g} {job.accelerator} and the pool is full",
+    )
+
+
+def blocked(cycle: Cycle, job: Job, long: bool = True) -> Reason:
+    """A job that neither fits nor can preempt: over its share, or simply no room."""
+    if not cycle.within_guarantee(job):
+        return quota(cycle, job)
+    return capacity(cycle, job, long)
+
+
+def limit(cycle: Cycle, job: Job) -> Reason | None:
+    """Hard caps that hold whatever the free capacity: project_limits, non-preemptible jobs."""
+    held = cycle.held(job.project, job.accelerator)
+    cap = cycle.snap.limit_of(job.project, job.accelerator)
+    if held + job.demand > cap:
+        return Reason(
+            "limit",
+            f"project {job.project} holds {held} of its limit {cap:g} {job.accelerator};"
+            f" this job needs {job.demand} more",
+        )
+    if not job.preemptible and not cycle.within_guarantee(job):
+        g = cycle.snap.guarantee_of(job.project, job.accelerator)
+        return Reason(
+            "quota",
+            f"non-preemptible jobs run only within the guarantee: project {job.project}"
+            f" holds {held} of its {g:g} {job.accelerator}, this job needs {job.demand}",
+        )
+    return None
+
+
+def reserved(job: Job, holder: Job) -> Reason:
+    return Reason("reserved", f"capacity held for job {holder.name} ({holder.id})")
+
+
+def releasing(cycle: Cycle) -> Reason:
+    n = len(cycle.releasing)
+    return Reason(
+        "preempting", f"waiting for {_plural(n, 'stopping job')} to release their accelerators"
+    )

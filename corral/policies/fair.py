@@ -1,0 +1,185 @@
+"""`fair`: the AXLearn bastion order with Kueue-style reclaim. The default (DESIGN.md §3).
+
+Across projects: next is the project whose usage/guarantee ratio, maximised over accelerator
+types, would be lowest after admitting its head job; projects with no guarantee come last.
+Within a project: priority, then round-robin over users weighted by what each already has
+ahead in the queue, then submit time, then name. A job that keeps its project within its
+guarantee reclaims from projects above theirs; a job may also preempt lower-priority jobs of
+its own project. The first blocked job within its guarantee holds a reservation.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from collections.abc import Iterator
+
+from corral.core.cycle import Cycle
+from corral.core.model import Job, Running
+from corral.core.policy import Policy
+from corral.core.preempt import Preemption, eligible, find_victims
+
+INF = float("inf")
+
+
+class Fair(Policy):
+    name = "fair"
+    preemptive = True
+
+    def order(self, cycle: Cycle) -> Iterator[Job]:
+        queues = {p: _ProjectQueue(users) for p, users in cycle.snap.pending.by_user.items()}
+        heap = [self._project_key(cycle, p, q.peek()) for p, q in queues.items()]
+        heapq.heapify(heap)
+        while heap:
+            project = heapq.heappop(heap)[-1]
+            if not self._may_progress(cycle, project):
+                continue  # nothing of this project can start now: the rest get derived reasons
+            queue = queues[project]
+            yield queue.pop()
+            head = queue.peek()
+            if head is not None:
+                heapq.heappush(heap, self._project_key(cycle, project, head))
+
+    def _project_key(self, cycle: Cycle, project: str, head: Job) -> tuple:
+        guaranteed = project in cycle.snap.guarantee
+        usage = cycle.usage.get(project, {})
+        ratio = 0.0
+        for accel in set(usage) | {head.accelerator}:
+            extra = head.demand if accel == head.accelerator else 0
+            ratio = max(ratio, cycle.ratio(project, accel, extra))
+        if not guaranteed:  # leftovers only: share them by what each already holds
+            ratio = sum(usage.values()) + head.demand
+        return (not guaranteed, ratio, head.submit_time, project)
+
+    def _may_progress(self, cycle: Cycle, project: str) -> bool:
+        return (
+            cycle.may_fit_project(project)
+            or self._may_reclaim(cycle, project)
+            or self._may_outrank(cycle, project)
+        )
+
+    def _may_reclaim(self, cycle: Cycle, project: str) -> bool:
+        snap = cycle.snap
+        for accel, per_worker, workers in snap.pending.demand.get(project, ()):
+            need = per_worker * workers
+            if cycle.held(project, accel) + need > snap.guarantee_of(project, accel) + 1e-9:
+                continue
+            for other in snap.running_by_project:
+                if other != project and cycle.ratio(other, accel) > 1.0:
+                    return True
+        return False
+
+    def _may_outrank(self, cycle: Cycle, project: str) -> bool:
+        running = cycle.snap.running_priorities.get(project)
+        if not running:
+            return False
+        users = cycle.snap.pending.by_user.get(project, {})
+        top = max((jobs[0].priority for jobs in users.values()), default=None)
+        return top is not None and top > min(running)
+
+    def may_reserve(self, cycle: Cycle, job: Job) -> bool:
+        return cycle.within_guarantee(job)
+
+    def victims(self, cycle: Cycle, job: Job) -> Preemption | None:
+        if cycle.within_guarantee(job):
+            found = find_victims(cycle, job, self._reclaimable(cycle, job))
+            if found:
+                found.why = (
+                    f"reclaimed by project {job.project} for job {job.name}"
+                    " (within its guarantee; the victim's project is above its own)"
+                )
+                return found
+        found = find_victims(cycle, job, self._outranked(cycle, job))
+        if found and self._swap_allowed(cycle, job, found.victims):
+            found.why = f"preempted by higher-priority job {job.name} of project {job.project}"
+            return found
+        return None
+
+    def _reclaimable(self, cycle: Cycle, job: Job) -> Iterator[Running]:
+        """Jobs of over-guarantee projects: most over-served project first, then lowest
+        priority, then most recently started; never taking a project below its guarantee."""
+        snap, accel = cycle.snap, job.accelerator
+        pools: dict[str, list[Running]] = {}
+        held: Counter[str] = Counter()
+        for project, runs in sorted(snap.running_by_project.items()):
+            if project == job.project or cycle.ratio(project, accel) <= 1.0:
+                continue
+            candidates = [r for r in runs.values() if self._candidate(cycle, r, accel)]
+            if candidates:
+                candidates.sort(key=_victim_order, reverse=True)  # pop() takes the first victim
+                pools[project] = candidates
+                held[project] = cycle.held(project, accel)
+        while pools:
+            project = max(pools, key=lambda p: (_ratio(held[p], snap.guarantee_of(p, accel)), p))
+            run = _take_above(pools[project], held[project], snap.guarantee_of(project, accel))
+            if run is None or not pools[project]:
+                del pools[project]
+            if run is not None:
+                held[project] -= run.job.demand
+                yield run
+
+    def _outranked(self, cycle: Cycle, job: Job) -> list[Running]:
+        runs = cycle.snap.running_by_project.get(job.project, {}).values()
+        found = [
+            r
+            for r in runs
+            if r.job.priority < job.priority and self._candidate(cycle, r, job.accelerator)
+        ]
+        found.sort(key=_victim_order)
+        return found
+
+    def _candidate(self, cycle: Cycle, run: Running, accel: str) -> bool:
+        return run.job.accelerator == accel and eligible(cycle, run, self.min_runtime)
+
+    def _swap_allowed(self, cycle: Cycle, job: Job, victims: list[Running]) -> bool:
+        freed = sum(r.job.demand for r in victims)
+        after = cycle.held(job.project, job.accelerator) - freed + job.demand
+        return after <= cycle.snap.guarantee_of(job.project, job.accelerator) + 1e-9 or (
+            freed >= job.demand
+        )
+
+
+def _victim_order(run: Running) -> tuple:
+    """Lowest priority first, then most recently started."""
+    return (run.job.priority, -run.started_at, run.job.id)
+
+
+def _ratio(held: float, guarantee: float) -> float:
+    return held / guarantee if guarantee > 0 else INF
+
+
+def _take_above(pool: list[Running], held: int, guarantee: float) -> Running | None:
+    """Pop the first candidate (pool is reversed) whose loss keeps the project >= guarantee."""
+    for i in range(len(pool) - 1, -1, -1):
+        if held - pool[i].job.demand >= guarantee - 1e-9:
+            return pool.pop(i)
+    return None
+
+
+class _ProjectQueue:
+    """A project's pending jobs merged across users: priority, then the user with the least
+    already ahead in the queue, then submit time, then name (weighted round-robin)."""
+
+    __slots__ = ("heap", "iters", "ahead")
+
+    def __init__(self, users: dict):
+        self.iters = {user: iter(jobs) for user, jobs in users.items()}
+        self.ahead: Counter[str] = Counter()
+        self.heap: list[tuple] = []
+        for user in sorted(self.iters):
+            self._push(user)
+
+    def _push(self, user: str) -> None:
+        job = next(self.iters[user], None)
+        if job is not None:
+            entry = (-job.priority, self.ahead[user], job.submit_time, job.name, job.id, user, job)
+            heapq.heappush(self.heap, entry)
+
+    def peek(self) -> Job | None:
+        return self.heap[0][-1] if self.heap else None
+
+    def pop(self) -> Job:
+        *_, user, job = heapq.heappop(self.heap)
+        self.ahead[user] += job.demand
+        self._push(user)
+        return job

@@ -1,0 +1,58 @@
+"""Shared machinery of preemptive rank policies (las, srtf): one global order by a rank, and
+a pending job may preempt running jobs of strictly worse rank, worst first."""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Iterator
+
+from corral.core.cycle import Cycle
+from corral.core.model import Job, Running
+from corral.core.policy import Policy
+from corral.core.preempt import Preemption, eligible, find_victims
+
+
+class RankPolicy(Policy):
+    preemptive = True
+
+    @abstractmethod
+    def pending_rank(self, cycle: Cycle, job: Job) -> float:
+        """Lower runs first."""
+
+    @abstractmethod
+    def running_rank(self, cycle: Cycle, run: Running) -> float:
+        """The same scale as pending_rank, for a job that is running now."""
+
+    def describe(self, rank: float) -> str:
+        return f"rank {rank:g}"
+
+    def ranked_pending(self, cycle: Cycle) -> Iterator[Job]:
+        yield from cycle.snap.pending.all
+
+    def order(self, cycle: Cycle) -> Iterator[Job]:
+        worst = max((self.running_rank(cycle, r) for r in self._runs(cycle)), default=None)
+        changed, hopeless = -1, False
+        for job in self.ranked_pending(cycle):
+            state = len(cycle.decision.starts) + len(cycle.decision.preemptions)
+            if state != changed:
+                changed, hopeless = state, not cycle.may_fit_any()
+            if hopeless and (worst is None or self.pending_rank(cycle, job) >= worst):
+                return  # nothing fits, and no later job outranks any running job
+            yield job
+
+    def _runs(self, cycle: Cycle) -> Iterator[Running]:
+        return (r for r in cycle.snap.running.values() if eligible(cycle, r, self.min_runtime))
+
+    def victims(self, cycle: Cycle, job: Job) -> Preemption | None:
+        rank = self.pending_rank(cycle, job)
+        ranked = [
+            (self.running_rank(cycle, r), r)
+            for r in self._runs(cycle)
+            if r.job.accelerator == job.accelerator
+        ]
+        worse = [(k, r) for k, r in ranked if k > rank]
+        worse.sort(key=lambda kr: (-kr[0], -kr[1].started_at, kr[1].job.id))
+        found = find_victims(cycle, job, (r for _, r in worse))
+        if found:
+            found.why = f"preempted by job {job.name} ({self.name}: {self.describe(rank)})"
+        return found

@@ -1,0 +1,236 @@
+"""The simulator: the same core, driven on a virtual clock.
+
+Event-driven by default: a cycle runs after each batch of arrivals and completions at one
+instant (and again at once while a decision preempts, since victims free capacity at once).
+With `round_s`, cycles run only on multiples of the round, like Gavel or Blox. A preempted
+job keeps its progress (checkpointing), plus `restart_penalty` seconds on each resume.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from corral.core.admission import check_admissible
+from corral.core.decide import decide
+from corral.core.model import Decision, Job
+from corral.core.policy import Policy
+from corral.core.snapshot import Snapshot
+from corral.formats.types import Node, Quota, ScenarioJob
+
+ARRIVE, FINISH, WAKE = 0, 1, 2  # completions at an instant are applied after arrivals
+MAX_CYCLES_PER_INSTANT = 10_000  # guards against a policy that preempts in a loop
+
+
+@dataclass(slots=True)
+class SimOptions:
+    round_s: float | None = None  # fixed scheduling rounds instead of event-driven cycles
+    restart_penalty: float = 0.0  # seconds lost on each resume after a preemption
+    slowdown: float = 0.0  # extra run time fraction for a gang spread over more nodes than needed
+    max_sim_time: float | None = None  # stop the clock here; jobs still queued stay unfinished
+
+
+@dataclass(slots=True)
+class SimJob:
+    """What the driver tracks about a job beyond the core's view."""
+
+    job: Job
+    duration: float
+    attempt: int = 0
+    started_at: float | None = None
+    run_end: float | None = None  # when the current attempt completes
+    timed_out: bool = False  # current attempt is cut by max_runtime
+    state: str = "pending"
+
+
+@dataclass(slots=True)
+class SimResult:
+    events: list[dict]
+    jobs: dict[str, SimJob]
+    end_time: float
+    cycles: int
+    capacity: dict[str, int]
+    guarantees: dict[str, dict[str, float]]
+    decisions: list[Decision] = field(default_factory=list)
+
+
+class Simulator:
+    def __init__(
+        self,
+        nodes: Sequence[Node],
+        quota: Quota,
+        jobs: Sequence[ScenarioJob],
+        policy: Policy,
+        options: SimOptions | None = None,
+    ):
+        self.policy = policy
+        self.options = options or SimOptions()
+        self.snap = Snapshot(nodes, quota, queue_key=policy.queue_key)
+        self.jobs: dict[str, SimJob] = {}
+        self.events: list[dict] = []
+        self.cycles = 0
+        self._queue: list[tuple[float, int, int, str, int]] = []
+        self._seq = 0
+        self._wakes: set[float] = set()
+        for sj in jobs:
+            self._push(sj.submit, ARRIVE, sj.spec.name)
+            self.jobs[sj.spec.name] = SimJob(job=_core_job(sj, quota), duration=sj.duration)
+
+    def _push(self, t: float, kind: int, job_id: str = "", attempt: int = 0) -> None:
+        self._seq += 1
+        heapq.heappush(self._queue, (t, kind, self._seq, job_id, attempt))
+
+    def run(self, progress: Callable[[int], None] | None = None) -> SimResult:
+        done = 0
+        limit = self.options.max_sim_time
+        now = 0.0
+        while self._queue:
+            now = self._queue[0][0]
+            if limit is not None and now > limit:
+                now = limit
+                break
+            self.snap.set_time(now)
+            dirty = False
+            while self._queue and self._queue[0][0] == now:
+                _, kind, _, job_id, attempt = heapq.heappop(self._queue)
+                changed, ended = self._handle(kind, job_id, attempt, now)
+                dirty |= changed
+                done += ended
+            if dirty and self._cycle_due(now):
+                self._schedule(now)
+            if progress is not None:
+                progress(done)
+        return SimResult(
+            events=self.events,
+            jobs=self.jobs,
+            end_time=now,
+            cycles=self.cycles,
+            capacity=dict(self.snap.capacity),
+            guarantees=self.snap.guarantee,
+        )
+
+    def _cycle_due(self, now: float) -> bool:
+        step = self.options.round_s
+        if step is None:
+            return True
+        boundary = math.ceil(now / step - 1e-9) * step
+        if boundary > now + 1e-9:
+            self._wake(boundary)
+            return False
+        return True
+
+    def _handle(self, kind: int, job_id: str, attempt: int, now: float) -> tuple[bool, int]:
+        """Apply one event; returns (scheduling state changed, jobs that ended)."""
+        if kind == WAKE:
+            self._wakes.discard(now)
+            return True, 0
+        sim = self.jobs[job_id]
+        if kind == ARRIVE:
+            return self._arrive(sim, now)
+        if attempt != sim.attempt or sim.state != "running":
+            return False, 0  # the attempt this completion belonged to was preempted
+        self.snap.stop(job_id)
+        self._account(sim, now)
+        sim.state = "failed" if sim.timed_out else "finished"
+        extra = {"reason": "max_runtime exceeded"} if sim.timed_out else {}
+        self._log(now, "fail" if sim.timed_out else "finish", sim.job, **extra)
+        return True, 1
+
+    def _arrive(self, sim: SimJob, now: float) -> tuple[bool, int]:
+        job = sim.job
+        self._log(now, "submit", job)
+        why = check_admissible(self.snap, job)
+        if why is not None:
+            sim.state = "rejected"
+            self._log(now, "reject", job, reason=why)
+            return False, 1
+        self.snap.submit(job)
+        return True, 0
+
+    def _schedule(self, now: float) -> None:
+        for _ in range(MAX_CYCLES_PER_INSTANT):
+            decision = decide(self.snap, self.policy)
+            self.cycles += 1
+            for start in decision.starts:
+                self._start(start.job_id, start.nodes, now)
+            for preempt in decision.preemptions:
+                self._preempt(preempt.job_id, preempt.reason, now)
+            if decision.wake_at is not None:
+                self._wake(decision.wake_at)
+            if not decision.preemptions:
+                return
+        raise RuntimeError(f"policy {self.policy.name} kept preempting at t={now}")
+
+    def _wake(self, t: float) -> None:
+        step = self.options.round_s
+        if step is not None:
+            t = math.ceil(t / step - 1e-9) * step
+        if t not in self._wakes:
+            self._wakes.add(t)
+            self._push(t, WAKE)
+
+    def _start(self, job_id: str, nodes: tuple[str, ...], now: float) -> None:
+        sim = self.jobs[job_id]
+        self.snap.start(job_id, nodes, now)
+        job = sim.job
+        sim.state, sim.started_at = "running", now
+        work = sim.duration - job.run_time
+        if job.preemptions:
+            work += self.options.restart_penalty
+        work *= 1 + self.options.slowdown * _spread(self.snap, job, nodes)
+        limit = job.max_runtime
+        sim.timed_out = limit is not None and work > limit
+        sim.run_end = now + (limit if sim.timed_out else work)
+        self._push(sim.run_end, FINISH, job_id, sim.attempt)
+        self._log(now, "start", job, nodes=list(nodes))
+
+    def _preempt(self, job_id: str, reason: str, now: float) -> None:
+        sim = self.jobs[job_id]
+        self.snap.stop(job_id)
+        self._account(sim, now)
+        job = sim.job
+        job.preemptions += 1
+        job.wait_since = now
+        sim.attempt += 1
+        sim.state = "pending"
+        self.snap.submit(job)
+        self._log(now, "preempt", job, reason=reason)
+
+    def _account(self, sim: SimJob, now: float) -> None:
+        """Credit the attempt that just stopped: progress (minus any restart penalty)."""
+        job = sim.job
+        ran = now - (sim.started_at or now)
+        if job.preemptions:
+            ran = max(0.0, ran - self.options.restart_penalty)
+        job.run_time = min(sim.duration, job.run_time + ran)
+        job.attained += (now - (sim.started_at or now)) * job.demand
+
+    def _log(self, t: float, event: str, job: Job, **extra) -> None:
+        self.events.append({"t": t, "event": event, "job": job.id, "project": job.project, **extra})
+
+
+def _core_job(sj: ScenarioJob, quota: Quota) -> Job:
+    spec = sj.spec
+    return Job(
+        id=spec.name,
+        name=spec.name,
+        project=spec.project,
+        user=sj.user,
+        priority=quota.resolve_priority(spec.priority),
+        resources=spec.resources,
+        submit_time=sj.submit,
+        preemptible=spec.preemptible,
+        max_runtime=spec.max_runtime,
+        duration=sj.duration,
+        wait_since=sj.submit,
+    )
+
+
+def _spread(snap: Snapshot, job: Job, nodes: tuple[str, ...]) -> float:
+    """How many more nodes than necessary a gang spans, relative to the necessary number."""
+    r = job.resources
+    per_node = snap.cluster.largest_node[r.accelerator] // r.per_worker
+    needed = r.slices * math.ceil(r.workers / max(1, per_node))
+    return max(0, len(set(nodes)) - needed) / needed
