@@ -57,6 +57,10 @@ log = logging.getLogger("corral.server")
 
 POLL_INTERVAL = 0.1  # seconds between looks for finished attempts
 MAX_CYCLE_GAP = 2.0  # a full scheduling cycle at least this often, even with no event
+# After a wake-up, wait this long before deciding so that a burst of submissions is decided
+# in one cycle rather than one cycle each (costs this much submit-to-running latency).
+COALESCE = 0.005
+CHECKPOINT_INTERVAL = 1.0  # seconds between SQLite WAL checkpoints (store.checkpoint)
 
 
 class Refused(Exception):
@@ -162,6 +166,7 @@ class ControlPlane:
         self.attempts: dict[str, AttemptRow] = {}  # job id -> its live attempt
         self.placed: dict[str, list[PlacementRow]] = {}  # job id -> where its workers run
         self.seq = store.max_seq()
+        self._unlaunched: list[Launch] = []  # started in the store, to launch once unlocked
         self.decision = Decision()
         self.snap = Snapshot(inventory.nodes, self.quota, queue_key=self.policy.queue_key)
         self._recover()
@@ -183,31 +188,48 @@ class ControlPlane:
         self._wake.set()
 
     def _run(self) -> None:
+        last_poll = last_checkpoint = 0.0
         while not self._stopping.is_set():
             woken = self._wake.wait(POLL_INTERVAL)
+            if woken:
+                time.sleep(COALESCE)
             self._wake.clear()
             if self._stopping.is_set():
                 break
+            # Exits and the quota file are looked at every POLL_INTERVAL, not on every
+            # submission: a burst of submits then costs decisions only.
+            poll = time.monotonic() - last_poll >= POLL_INTERVAL
+            if poll:
+                last_poll = time.monotonic()
             try:
-                self.cycle(force=woken)
+                self.cycle(force=woken, poll=poll)
+                if time.monotonic() - last_checkpoint >= CHECKPOINT_INTERVAL:
+                    last_checkpoint = time.monotonic()
+                    self.store.checkpoint()  # outside the lock: the API keeps committing
             except Exception:  # one bad cycle must not stop scheduling; it is retried
                 log.exception("scheduling cycle failed")
                 time.sleep(POLL_INTERVAL)
 
-    def cycle(self, force: bool = True) -> None:
+    def cycle(self, force: bool = True, poll: bool = True) -> None:
         """Apply finished attempts; then, if anything may have changed, decide and act."""
         t0 = time.perf_counter()
-        with self._lock:
-            changed = self._reload_quota()
-            changed |= self._drain_exits() > 0
-            now = time.time()
-            due = now - self.last_decide >= MAX_CYCLE_GAP or (
-                self._wake_at is not None and now >= self._wake_at
-            )
-            if not (force or changed or due):
-                return
-            self._schedule(now)
-        self.metrics.cycle_seconds.observe(time.perf_counter() - t0)
+        try:
+            with self._lock:
+                changed = poll and self._reload_quota()
+                changed |= poll and self._drain_exits() > 0
+                now = time.time()
+                due = now - self.last_decide >= MAX_CYCLE_GAP or (
+                    self._wake_at is not None and now >= self._wake_at
+                )
+                if not (force or changed or due):
+                    return
+                self._schedule(now)
+            self.metrics.cycle_seconds.observe(time.perf_counter() - t0)
+        finally:
+            # Even if the cycle failed halfway, what it recorded as started gets launched.
+            with self._lock:
+                launches, self._unlaunched = self._unlaunched, []
+            self._launch_all(launches)
 
     def _schedule(self, now: float) -> None:
         self.snap.set_time(now)
@@ -215,7 +237,7 @@ class ControlPlane:
         for p in decision.preemptions:
             self._preempt(p, now)
         for s in decision.starts:
-            self._start(s, now)
+            self._unlaunched.append(self._start(s, now))
         self.decision = decision
         self._wake_at = decision.wake_at
         self.last_decide = now
@@ -255,6 +277,7 @@ class ControlPlane:
         # live attempt can be missed by both and wrongly called lost.
         active = set(self.executor.active())
         exits = {(e.job_id, e.attempt): e for e in self.executor.poll()}
+        relaunch: list[Launch] = []
         for job_id, att in list(self.attempts.items()):
             key = (job_id, att.attempt)
             if key in exits:
@@ -263,13 +286,14 @@ class ControlPlane:
                 self._adopt(job_id, att)
             elif att.state == "launching":
                 log.warning("job %s attempt %d: relaunching (launch was interrupted)", *key)
-                self._launch(job_id)
+                relaunch.append(self._launch_spec(self.live[job_id], att, self.placed[job_id]))
             else:
                 log.warning("job %s attempt %d: lost while the control plane was down", *key)
                 self._apply_exit(AttemptExit(job_id, att.attempt, LOST, None, [], time.time()))
         for ex in exits.values():
             self._apply_exit(ex)
             self.executor.ack(ex.job_id, ex.attempt)
+        self._launch_all(relaunch)
 
     def _adopt(self, job_id: str, att: AttemptRow) -> None:
         if att.state == "launching":
@@ -425,7 +449,9 @@ class ControlPlane:
 
     # -- starting and stopping attempts ----------------------------------------------------------
 
-    def _start(self, start: Start, now: float) -> None:
+    def _start(self, start: Start, now: float) -> Launch:
+        """Record the start (job running, attempt "launching") and return what to launch:
+        the launch itself happens after the lock is released (_launch_all)."""
         row = self.live[start.job_id]
         res = row.spec.resources
         gpus = self.inventory.assign(start.nodes, res.per_worker)
@@ -449,18 +475,34 @@ class ControlPlane:
         self.metrics.events.labels("start").inc()
         if row.attempt == 0:
             self.metrics.submit_to_running.observe(now - row.submitted_at)
-        self._launch(row.id)
+        return self._launch_spec(row, self.attempts[row.id], placed)
 
-    def _launch(self, job_id: str) -> None:
-        row, att = self.live[job_id], self.attempts[job_id]
-        try:
-            self.executor.launch(self._launch_spec(row, att, self.placed[job_id]))
-        except Exception as err:  # the executor could not even start it: a failed attempt
-            log.exception("job %s attempt %d: launch failed", job_id, att.attempt)
-            ex = AttemptExit(job_id, att.attempt, FAILED, None, [], time.time())
-            self._apply_exit(ex, note=f"launch failed: {err}")
+    def _launch_all(self, launches: list[Launch]) -> None:
+        """Launch outside the lock: spawning processes takes milliseconds each, and the API
+        must not wait for them. Only this (loop) thread launches or polls exits, so nothing
+        but a cancel can touch these attempts meanwhile, and `_launched` squares that."""
+        for launch in launches:
+            failure = None
+            try:
+                self.executor.launch(launch)
+            except Exception as err:  # the executor could not even start it: a failed attempt
+                log.exception("job %s attempt %d: launch failed", launch.job_id, launch.attempt)
+                failure = f"launch failed: {err}"
+            with self._lock:
+                self._launched(launch.job_id, launch.attempt, failure)
+
+    def _launched(self, job_id: str, attempt: int, failure: str | None) -> None:
+        att = self.attempts.get(job_id)
+        if att is None or att.attempt != attempt:
             return
-        self._set_attempt_state(job_id, "running")
+        if failure is not None:
+            ex = AttemptExit(job_id, attempt, FAILED, None, [], time.time())
+            self._apply_exit(ex, note=failure)
+        elif att.state == "launching":
+            self._set_attempt_state(job_id, "running")
+        elif att.state == "terminating":
+            # Cancelled while launching: that terminate may have found no run dir yet.
+            self.executor.terminate(job_id, attempt, grace=self.quota.scheduler.preempt_grace)
 
     def _launch_spec(self, row: JobRow, att: AttemptRow, placed: list[PlacementRow]) -> Launch:
         spec = row.spec

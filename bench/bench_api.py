@@ -1,0 +1,195 @@
+"""Benchmark the live API: submit throughput, and submit-to-running latency on an idle pool.
+
+    python bench/bench_api.py [--submissions 2000] [--clients 4] [--latency-jobs 50]
+
+Starts a real `corral up` (8 fake GPUs, temporary state dir) as a subprocess and talks to it
+over loopback HTTP with keep-alive clients, as a user's scripts would.
+
+1. Latency: on the idle pool, submit one small job at a time and poll until it is running;
+   p50 and p99 of the time from sending the submission to seeing it running.
+2. Throughput: a job holding every GPU is started first, so the N submissions that follow all
+   stay pending (each is still validated, admission-checked, committed and queued, and wakes a
+   scheduling cycle); submissions/s over the whole run, split across --clients threads.
+
+Targets (issue #4): >= 500 submissions/s, p50 <= 100 ms to running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+QUOTA = """
+[toml-schema]
+version = "1"
+[project_membership]
+bench = [".*"]
+[project_resources.bench]
+gpu = 1.0
+[scheduler]
+preempt_grace = "1s"
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, state: Path, gpus: int):
+        self.state = state
+        self.port = free_port()
+        quota = state.parent / "quota.toml"
+        quota.write_text(QUOTA)
+        cmd = [sys.executable, "-c", "from corral.cli import main; main()", "up"]
+        cmd += ["--state", str(state), "--port", str(self.port), "--quota", str(quota)]
+        cmd += ["--fake-gpus", str(gpus), "--accelerator", "gpu"]
+        self.log = open(state.parent / "server.log", "wb")  # noqa: SIM115 (closed in stop)
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        self.url = f"http://127.0.0.1:{self.port}"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"corral up exited {self.proc.returncode}; see {self.log.name}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        self.token = (state / "admin.token").read_text().strip()
+
+    def client(self) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {self.token}"}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+    def stop(self) -> None:
+        with self.client() as c:  # the hog and anything running: don't leak processes
+            live = c.get("/v1/jobs", params={"state": "running", "limit": 100000}).json()
+            for job in live:
+                c.post(f"/v1/jobs/{job['id']}/cancel")
+            deadline = time.monotonic() + 15
+            while (
+                time.monotonic() < deadline
+                and c.get("/v1/jobs", params={"state": "running"}).json()
+            ):
+                time.sleep(0.1)
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=30)
+        self.log.close()
+
+
+def spec(i: int, per_worker: int = 1, command: str = "true") -> dict:
+    return {"name": f"b{i}", "command": command, "resources": {"per_worker": per_worker}}
+
+
+def measure_latency(server: Server, n: int) -> list[float]:
+    out = []
+    with server.client() as c:
+        for i in range(n):
+            t0 = time.perf_counter()
+            job = c.post("/v1/jobs", json=spec(100_000 + i, command="sleep 0.05")).json()
+            while job["state"] == "pending":
+                time.sleep(0.001)
+                job = c.get(f"/v1/jobs/{job['id']}").json()
+            out.append(time.perf_counter() - t0)
+            while c.get(f"/v1/jobs/{job['id']}").json()["state"] == "running":
+                time.sleep(0.01)  # idle pool again before the next one
+    return out
+
+
+def _submit_range(url: str, token: str, start: int, n: int, step: int) -> list[str]:
+    """One client process: its share of the submissions over one keep-alive connection."""
+    errors = []
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=url, headers=headers, timeout=30) as c:
+        for i in range(start, n, step):
+            resp = c.post("/v1/jobs", json=spec(i + 1))
+            if resp.status_code != 201:
+                errors.append(resp.text)
+    return errors
+
+
+def measure_throughput(server: Server, n: int, clients: int, gpus: int) -> float:
+    with server.client() as c:
+        hog = c.post("/v1/jobs", json=spec(0, per_worker=gpus, command="sleep 600")).json()
+        while c.get(f"/v1/jobs/{hog['id']}").json()["state"] != "running":
+            time.sleep(0.01)
+    # Client processes, not threads: one Python process cannot drive httpx much faster than
+    # ~700 requests/s, and the point is to measure the server.
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(clients) as pool:
+        pool.apply(time.sleep, (0,))  # workers are up before the clock starts
+        t0 = time.perf_counter()
+        jobs = [
+            pool.apply_async(_submit_range, (server.url, server.token, k, n, clients))
+            for k in range(clients)
+        ]
+        errors = [e for j in jobs for e in j.get()]
+        elapsed = time.perf_counter() - t0
+    if errors:
+        raise SystemExit(f"{len(errors)} submissions failed, first: {errors[0]}")
+    return n / elapsed
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--submissions", type=int, default=2000)
+    ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--latency-jobs", type=int, default=50)
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = ap.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="corral-bench-") as tmp:
+        server = Server(Path(tmp) / "state", args.gpus)
+        try:
+            lat = measure_latency(server, args.latency_jobs)
+            rate = measure_throughput(server, args.submissions, args.clients, args.gpus)
+        finally:
+            server.stop()
+    figures = {
+        "submissions": args.submissions,
+        "clients": args.clients,
+        "submissions_per_s": round(rate, 1),
+        "latency_jobs": args.latency_jobs,
+        "submit_to_running_p50_ms": round(statistics.median(lat) * 1000, 1),
+        "submit_to_running_p99_ms": round(pct(lat, 0.99) * 1000, 1),
+        "cpus": os.cpu_count(),
+    }
+    if args.json:
+        print(json.dumps(figures))
+        return
+    ok_rate = "ok" if rate >= 500 else "BELOW TARGET 500/s"
+    ok_lat = "ok" if figures["submit_to_running_p50_ms"] <= 100 else "ABOVE TARGET 100 ms"
+    print(
+        f"submit throughput: {rate:.0f} submissions/s "
+        f"({args.submissions} over {args.clients} keep-alive client processes) [{ok_rate}]"
+    )
+    print(
+        f"submit-to-running on an idle pool ({args.latency_jobs} jobs): "
+        f"p50 {figures['submit_to_running_p50_ms']} ms, "
+        f"p99 {figures['submit_to_running_p99_ms']} ms [{ok_lat}]"
+    )
+
+
+if __name__ == "__main__":
+    main()
