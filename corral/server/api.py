@@ -246,6 +246,25 @@ def create_app(cp: ControlPlane) -> FastAPI:
         ]
 
     @app.get(
+        "/v1/events",
+        tags=["admin"],
+        responses=_ERRORS,
+        description="The event log (DESIGN §2 event objects, plus `seq`), oldest first, "
+        "after sequence number `after`: poll with the last seq seen to tail it. Admins only.",
+    )
+    def all_events(
+        user: User,
+        after: Annotated[int, Query(ge=0)] = 0,
+        limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    ) -> list[dict[str, Any]]:
+        if not cp.is_admin(user):
+            raise Refused(403, "only admins may read the whole event log")
+        return [
+            {"seq": e.seq, "t": e.t, "event": e.event, "job": e.job, "project": e.project} | e.data
+            for e in cp.store.events(after=after, limit=limit)
+        ]
+
+    @app.get(
         "/v1/jobs/{job}/logs",
         tags=["jobs"],
         responses=_ERRORS,
