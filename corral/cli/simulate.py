@@ -1,1 +1,326 @@
-"""`corral simulate`: replay a scenario or a trace through the core on a virtual clock."""
+"""`corral simulate`: replay a scenario or a trace through the core on a virtual clock.
+
+The work happens in corral.sim.run; this module parses flags, shows progress and prints.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from corral.cli import app, fail
+from corral.formats.types import FormatError
+
+_RATE = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?:/\s*(s|min|m|h|d))?\s*")
+_PER_HOUR = {"s": 3600.0, "min": 60.0, "m": 60.0, "h": 1.0, "d": 1 / 24, None: 1.0}
+_EPILOG = """
+Examples:
+
+  corral simulate scenario.yaml --policy fair,fifo
+
+  corral simulate --trace philly.csv --cluster 64x8:v100 --policy fair,las --out results/
+
+  corral simulate --synthetic 2000 --rate 120/h --seed 1 --cluster 16x8:a100 --json
+"""
+
+
+@app.command(epilog=_EPILOG)
+def simulate(
+    scenario: Annotated[
+        Path | None, typer.Argument(help="Scenario YAML: cluster, quota and timed jobs.")
+    ] = None,
+    trace: Annotated[Path | None, typer.Option("--trace", help="Trace file to replay.")] = None,
+    trace_format: Annotated[
+        str | None,
+        typer.Option(
+            "--format", help="Trace format: philly, philly-json, helios (default: guessed)."
+        ),
+    ] = None,
+    synthetic: Annotated[
+        int | None,
+        typer.Option("--synthetic", help="Number of jobs of a synthetic Poisson workload."),
+    ] = None,
+    rate: Annotated[
+        str | None,
+        typer.Option("--rate", help="Synthetic arrival rate: 30/h (default unit), 2/min."),
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the synthetic workload.")] = 0,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            "--cluster",
+            help="COUNTxPER_NODE:TYPE\\[@DOMAIN], e.g. 64x8:v100, or a node-group YAML file. "
+            "Required with --trace/--synthetic; replaces a scenario's cluster.",
+        ),
+    ] = None,
+    quota: Annotated[Path | None, typer.Option("--quota", help="Quota TOML file.")] = None,
+    shares: Annotated[
+        str | None,
+        typer.Option(
+            "--shares",
+            help="Derive the quota from the jobs: equal or demand "
+            "(default: demand for --trace, equal for --synthetic).",
+        ),
+    ] = None,
+    policy: Annotated[
+        str | None,
+        typer.Option(
+            "--policy",
+            help="Comma list of fair, fifo, las, srtf or module:Class "
+            "(default: the quota's \\[scheduler].policy, else fair).",
+        ),
+    ] = None,
+    placement: Annotated[str | None, typer.Option("--placement", help="pack or spread.")] = None,
+    round_s: Annotated[
+        str | None, typer.Option("--round", help="Fixed scheduling rounds (e.g. 300 or 5m).")
+    ] = None,
+    restart_penalty: Annotated[
+        str,
+        typer.Option("--restart-penalty", help="Seconds lost on each resume after a preemption."),
+    ] = "0",
+    slowdown: Annotated[
+        float,
+        typer.Option("--slowdown", help="Extra run time fraction for a gang spread too wide."),
+    ] = 0.0,
+    max_sim_time: Annotated[
+        str | None, typer.Option("--max-sim-time", help="Stop the virtual clock here (e.g. 30d).")
+    ] = None,
+    first: Annotated[int | None, typer.Option("--first", help="Keep the N earliest jobs.")] = None,
+    window: Annotated[
+        str | None,
+        typer.Option(
+            "--window",
+            help="Keep jobs submitted in \\[START, END): START:END in seconds or 2h-style.",
+        ),
+    ] = None,
+    projects: Annotated[
+        str | None,
+        typer.Option(
+            "--projects", help="Comma list: keep these projects (synthetic: generate them)."
+        ),
+    ] = None,
+    skip_bad: Annotated[bool, typer.Option("--skip-bad", help="Skip bad trace rows.")] = False,
+    events: Annotated[
+        Path | None, typer.Option("--events", help="Write the event log (JSON Lines).")
+    ] = None,
+    summary: Annotated[
+        Path | None, typer.Option("--summary", help="Write the summary (JSON).")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write events, CSV, summaries and plots here.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summaries as JSON.")] = False,
+) -> None:
+    """Replay a scenario, a trace or a synthetic workload through one or more policies.
+
+    With several policies, --events and --summary write one file per policy: events.fair.jsonl.
+    """
+    from corral.sim import run as sim_run
+
+    try:
+        spec = sim_run.WorkloadSpec(
+            scenario=scenario,
+            trace=trace,
+            trace_format=trace_format,
+            synthetic=synthetic,
+            rate_per_hour=None if rate is None else parse_rate(rate),
+            seed=seed,
+            projects=_names(projects),
+            cluster=cluster,
+            quota=quota,
+            shares=shares,
+            skip_bad=skip_bad,
+            first=_non_negative(first, "--first"),
+            window=None if window is None else parse_window(window),
+        )
+        options = _sim_options(round_s, restart_penalty, slowdown, max_sim_time)
+        workload = sim_run.build_workload(spec)
+        configs = sim_run.policy_configs(workload.quota.scheduler, _names(policy), placement)
+        runs, failures = _run_policies(sim_run, workload, configs, options)
+        outputs = sim_run.Outputs(events=events, summary=summary, out=out)
+        written = sim_run.write_outputs(runs, workload, outputs, several=len(configs) > 1)
+    except FormatError as err:
+        fail(str(err))
+    except OSError as err:
+        fail(_os_message(err))
+    if as_json:
+        _print_json({run.name: run.summary for run in runs})
+    elif runs:
+        _print_report(workload, runs, written)
+    _report_failures(failures)
+
+
+def _run_policies(sim_run, workload, configs, options):
+    """Run each policy; one that the engine stops does not cost the others' results."""
+    runs, failures = [], []
+    for config in configs:
+        label = f"{config.policy}: {len(workload.jobs)} jobs"
+        with _progress(len(workload.jobs), label) as update:
+            try:
+                runs.append(sim_run.simulate(workload, config, options, progress=update))
+            except sim_run.SimulationError as err:
+                failures.append(f"simulation stopped: {err}")
+    return runs, failures
+
+
+def _report_failures(failures: list[str]) -> None:
+    """One `corral: error:` line per policy that did not finish, then exit 1."""
+    for message in failures[:-1]:
+        typer.echo(f"corral: error: {message}", err=True)
+    if failures:
+        fail(failures[-1], 1)
+
+
+# --- flag parsing ------------------------------------------------------------------------------
+
+
+def parse_rate(text: str) -> float:
+    """Jobs per hour from '30', '30/h', '2/min', '0.5/s' or '100/d'."""
+    m = _RATE.fullmatch(text)
+    value = float(m[1]) * _PER_HOUR[m[2]] if m else math.nan
+    if not value > 0 or not math.isfinite(value):
+        raise FormatError(f"--rate: must be a rate > 0 like 30/h, 2/min or 100/d, got {text!r}")
+    return value
+
+
+def parse_window(text: str) -> tuple[float, float]:
+    """'START:END' in seconds or durations (3600:2h); an empty END means to the end."""
+    from corral.formats import parse_duration
+
+    start, sep, end = text.partition(":")
+    if not sep or not start.strip():
+        raise FormatError(f"--window: must be START:END (seconds or 1h-style), got {text!r}")
+    lo = parse_duration(start.strip(), "--window start")
+    hi = parse_duration(end.strip(), "--window end") if end.strip() else math.inf
+    if hi <= lo:
+        raise FormatError(f"--window: END must be after START, got {text!r}")
+    return lo, hi
+
+
+def _sim_options(round_s, restart_penalty, slowdown, max_sim_time):
+    from corral.formats import parse_duration
+    from corral.sim.engine import SimOptions
+
+    step = None if round_s is None else parse_duration(round_s, "--round")
+    if step is not None and step <= 0:
+        raise FormatError(f"--round: must be > 0 seconds, got {round_s!r}")
+    if not (slowdown >= 0 and math.isfinite(slowdown)):
+        raise FormatError(f"--slowdown: must be a fraction >= 0, got {slowdown}")
+    return SimOptions(
+        round_s=step,
+        restart_penalty=parse_duration(restart_penalty, "--restart-penalty"),
+        slowdown=slowdown,
+        max_sim_time=None
+        if max_sim_time is None
+        else parse_duration(max_sim_time, "--max-sim-time"),
+    )
+
+
+def _names(text: str | None) -> list[str]:
+    return [n.strip() for n in (text or "").split(",") if n.strip()]
+
+
+def _non_negative(value: int | None, flag: str) -> int | None:
+    if value is not None and value < 0:
+        raise FormatError(f"{flag}: must be >= 0, got {value}")
+    return value
+
+
+def _os_message(err: OSError) -> str:
+    where = f"{err.filename}: " if err.filename else ""
+    return f"{where}{err.strerror or err}"
+
+
+# --- progress ----------------------------------------------------------------------------------
+
+
+@contextmanager
+def _progress(total: int, label: str) -> Iterator[Callable[[int], None] | None]:
+    """A transient bar on stderr when it is a terminal; nothing otherwise (logs, pipes, CI)."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    columns = (*Progress.get_default_columns()[:1], BarColumn(), MofNCompleteColumn())
+    with Progress(
+        *columns, TimeElapsedColumn(), console=Console(stderr=True), transient=True
+    ) as bar:
+        task = bar.add_task(label, total=total)
+        last = -1
+
+        def update(done: int) -> None:
+            nonlocal last
+            if done != last:  # the engine reports after every instant; most change nothing
+                last = done
+                bar.update(task, completed=done)
+
+        yield update
+
+
+# --- printing ----------------------------------------------------------------------------------
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=_plain_number) + "\n")
+
+
+def _plain_number(value: Any) -> Any:
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def _print_report(workload, runs, written: list[Path]) -> None:
+    from corral.sim.metrics import comparison_table
+
+    console = Console(highlight=False)
+    console.print(f"[dim]{workload.description}[/]")
+    table = comparison_table({run.name: run.summary for run in runs})
+    table.add_row("cycles", *(str(run.result.cycles) for run in runs))
+    table.add_row("sim wall time", *(_wall(run.wall_s) for run in runs))
+    table.add_row("sim jobs/s", *(_rate(run.summary["sim_jobs_per_s"]) for run in runs))
+    if len(runs) == 1:
+        table.title = f"Simulation summary ({runs[0].name})"
+    console.print(table)
+    if len(runs) == 1:
+        console.print(_project_table(runs[0].summary))
+    for path in written:
+        console.print(f"[dim]wrote {path}[/]")
+
+
+def _wall(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def _project_table(summary: dict[str, Any]) -> Table:
+    from corral.sim.metrics import fmt_seconds
+
+    table = Table(title=f"Per project ({summary['policy']})")
+    for name in ("project", "jobs", "finished", "JCT mean", "wait mean", "share", "guarantee"):
+        table.add_column(name, justify="left" if name == "project" else "right")
+    for project, p in summary["per_project"].items():
+        table.add_row(
+            project,
+            str(p["jobs"]),
+            str(p["finished"]),
+            fmt_seconds(p["jct_mean"]),
+            fmt_seconds(p["wait_mean"]),
+            f"{100 * p['mean_share']:.1f} %",
+            f"{100 * p['guarantee_share']:.1f} %",
+        )
+    return table

@@ -1,0 +1,368 @@
+"""A simulation run without the CLI: build the workload, cluster and quota, run policies, write
+the outputs. `corral simulate` is a thin layer over this, and benches and tests call it too.
+
+    workload = build_workload(WorkloadSpec(trace="philly.csv", cluster="64x8:v100"))
+    configs = policy_configs(workload.quota.scheduler, ["fair", "fifo"])
+    runs = [simulate(workload, config, SimOptions()) for config in configs]
+    write_out_dir(runs, workload, "results/")
+
+Bad input raises FormatError with one line; an engine that gives up (a policy that keeps
+preempting) raises SimulationError.
+
+Choices written down here because results depend on them:
+- Trace and synthetic jobs ask for the cluster's first accelerator type (in the order the
+  cluster lists its nodes) and are split into workers of at most its largest node.
+- Filters apply in the order window (times as loaded), projects, first N; each rebases the
+  workload to start at 0. For a synthetic workload, `projects` names the projects it draws
+  from instead of filtering.
+- A trace's quota is derived from its jobs ("demand" shares by default), a synthetic one's
+  with "equal" shares; a scenario keeps its own quota unless a quota file replaces it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from corral.formats.types import FormatError, Node, Quota, ScenarioJob, SchedulerConfig
+from corral.policies import PLACEMENTS, load_policy
+from corral.sim.engine import SimOptions, SimResult, Simulator
+from corral.sim.metrics import (
+    JobInfo,
+    infos_from_jobs,
+    job_table,
+    summarize,
+    timeseries,
+    write_job_csv,
+    write_summary,
+)
+
+SYNTHETIC_PROJECTS = ("a", "b", "c", "d")
+SHARES = ("equal", "demand")
+
+
+class SimulationError(Exception):
+    """The engine gave up on a run (e.g. a policy that preempts in a loop)."""
+
+
+@dataclass(slots=True)
+class WorkloadSpec:
+    """Where the jobs, the cluster and the quota come from. Exactly one of scenario, trace
+    and synthetic must be given."""
+
+    scenario: str | Path | None = None
+    trace: str | Path | None = None
+    trace_format: str | None = None  # philly | philly-json | helios; None: guessed
+    synthetic: int | None = None  # number of jobs of a synthetic Poisson workload
+    rate_per_hour: float | None = None
+    seed: int = 0
+    projects: Sequence[str] = ()  # synthetic: the projects; otherwise a filter
+    cluster: str | Path | None = None  # shorthand like 64x8:v100, or a node-group YAML file
+    quota: str | Path | None = None  # a quota TOML file
+    shares: str | None = None  # equal | demand: derive the quota from the jobs
+    skip_bad: bool = False
+    first: int | None = None
+    window: tuple[float, float] | None = None  # seconds, [start, end)
+
+
+@dataclass(slots=True)
+class Workload:
+    nodes: tuple[Node, ...]
+    quota: Quota
+    jobs: list[ScenarioJob]
+    infos: dict[str, JobInfo]
+    description: str  # one line for people: what was loaded and how the quota was made
+    skipped: int = 0  # trace rows left out
+
+
+@dataclass(slots=True)
+class PolicyRun:
+    name: str  # as the user wrote it: fair, or module:Class
+    result: SimResult
+    summary: dict[str, Any]
+    wall_s: float  # seconds the engine ran, without loading or metrics
+
+
+# --- workload ----------------------------------------------------------------------------------
+
+
+def build_workload(spec: WorkloadSpec) -> Workload:
+    _check_spec(spec)
+    if spec.scenario is not None:
+        return _scenario_workload(spec)
+    nodes = load_nodes(spec.cluster)  # type: ignore[arg-type]  (checked above)
+    accelerator, per_node = trace_shape(nodes)
+    if spec.trace is not None:
+        jobs, skipped, what = _trace_jobs(spec, accelerator, per_node)
+        default_shares = "demand"
+    else:
+        jobs, skipped, what = _synthetic_jobs(spec, accelerator, per_node), 0, "synthetic"
+        default_shares = "equal"
+    jobs = _some(apply_filters(jobs, spec, filter_projects=spec.trace is not None), what)
+    quota, how = _trace_quota(spec, jobs, accelerator, default_shares)
+    return _finish(nodes, quota, jobs, f"{what}; quota {how}", skipped)
+
+
+def _check_spec(spec: WorkloadSpec) -> None:
+    given = [spec.scenario is not None, spec.trace is not None, spec.synthetic is not None]
+    if sum(given) != 1:
+        raise FormatError(
+            "give exactly one workload: a SCENARIO file, --trace FILE or --synthetic JOBS"
+        )
+    if spec.scenario is None and spec.cluster is None:
+        raise FormatError("--cluster is required with --trace and --synthetic (e.g. 64x8:v100)")
+    if spec.trace_format is not None and spec.trace is None:
+        raise FormatError("--format applies to --trace only")
+    if (spec.rate_per_hour is not None) != (spec.synthetic is not None):
+        raise FormatError("--synthetic JOBS and --rate R/h go together")
+    if spec.quota is not None and spec.shares is not None:
+        raise FormatError("give either --quota FILE or --shares, not both")
+    if spec.shares is not None and spec.shares not in SHARES:
+        raise FormatError(f"--shares: must be one of {', '.join(SHARES)}, got {spec.shares!r}")
+    if spec.scenario is not None and spec.shares is not None:
+        raise FormatError("--shares derives a quota for a trace; a scenario has its own quota")
+
+
+def _scenario_workload(spec: WorkloadSpec) -> Workload:
+    from corral.formats import load_quota, load_scenario
+
+    scenario = load_scenario(spec.scenario)  # type: ignore[arg-type]
+    nodes = scenario.nodes if spec.cluster is None else load_nodes(spec.cluster)
+    quota = scenario.quota
+    if spec.quota is not None:  # a quota file replaces the scenario's, [scheduler] included
+        quota = load_quota(spec.quota)
+    what = f"scenario {Path(spec.scenario).name}"  # type: ignore[arg-type]
+    jobs = _some(apply_filters(list(scenario.jobs), spec, filter_projects=True), what)
+    return _finish(nodes, quota, jobs, what)
+
+
+def _trace_jobs(spec: WorkloadSpec, accelerator: str, per_node: int):
+    from corral.sim.traces import load_trace
+
+    loaded = load_trace(
+        spec.trace,  # type: ignore[arg-type]
+        spec.trace_format,
+        accelerator=accelerator,
+        gpus_per_node=per_node,
+        skip_bad=spec.skip_bad,
+    )
+    what = f"trace {Path(spec.trace).name}"  # type: ignore[arg-type]
+    if loaded.skipped:
+        why = ", ".join(f"{n} {reason}" for reason, n in sorted(loaded.skip_reasons.items()))
+        what += f" ({loaded.skipped} rows skipped: {why})"
+    return loaded.jobs, loaded.skipped, what
+
+
+def _synthetic_jobs(spec: WorkloadSpec, accelerator: str, per_node: int) -> list[ScenarioJob]:
+    from corral.sim.traces import synthetic
+
+    return synthetic(
+        jobs=spec.synthetic,  # type: ignore[arg-type]
+        rate_per_hour=spec.rate_per_hour,  # type: ignore[arg-type]
+        seed=spec.seed,
+        projects=list(spec.projects or SYNTHETIC_PROJECTS),
+        accelerator=accelerator,
+        gpus_per_node=per_node,
+    )
+
+
+def _trace_quota(spec: WorkloadSpec, jobs, accelerator: str, default: str) -> tuple[Quota, str]:
+    if spec.quota is not None:
+        from corral.formats import load_quota
+
+        return load_quota(spec.quota), f"from {Path(spec.quota).name}"
+    from corral.sim.traces import derive_quota
+
+    how = spec.shares or default
+    return derive_quota(jobs, accelerator, how), f"shares by {how}"
+
+
+def _some(jobs: list[ScenarioJob], what: str) -> list[ScenarioJob]:
+    if not jobs:
+        raise FormatError(f"{what}: no jobs to simulate (none given, or none left by the filters)")
+    return jobs
+
+
+def _finish(nodes, quota, jobs, what: str, skipped: int = 0) -> Workload:
+    capacity = sum(n.count for n in nodes)
+    projects = len({j.spec.project for j in jobs})
+    description = (
+        f"{len(jobs)} jobs of {projects} projects from {what}; "
+        f"{len(nodes)} nodes, {capacity} accelerators"
+    )
+    return Workload(nodes, quota, jobs, infos_from_jobs(jobs), description, skipped)
+
+
+def load_nodes(cluster: str | Path) -> tuple[Node, ...]:
+    """A shorthand like 64x8:v100, or the path of a node-group YAML file."""
+    from corral.formats import load_cluster, parse_cluster_shorthand
+
+    if Path(cluster).is_file():
+        return load_cluster(cluster)
+    return parse_cluster_shorthand(str(cluster), "--cluster")
+
+
+def trace_shape(nodes: Sequence[Node]) -> tuple[str, int]:
+    """(accelerator, largest node of it) that trace jobs ask for: the cluster's first type."""
+    accelerator = nodes[0].accelerator
+    return accelerator, max(n.count for n in nodes if n.accelerator == accelerator)
+
+
+def apply_filters(
+    jobs: list[ScenarioJob], spec: WorkloadSpec, *, filter_projects: bool
+) -> list[ScenarioJob]:
+    from corral.sim.traces import first, only_projects, window
+
+    if spec.window is not None:
+        jobs = window(jobs, *spec.window)
+    if filter_projects and spec.projects:
+        jobs = only_projects(jobs, spec.projects)
+    if spec.first is not None:
+        jobs = first(jobs, spec.first)
+    return jobs
+
+
+# --- policies and runs -------------------------------------------------------------------------
+
+
+def policy_configs(
+    base: SchedulerConfig, names: Iterable[str] | None = None, placement: str | None = None
+) -> list[SchedulerConfig]:
+    """One config per policy name (default: the base's policy), duplicates dropped, each
+    checked by loading it, so a typo fails before the first long run."""
+    if placement is not None and placement not in PLACEMENTS:
+        raise FormatError(f"--placement: must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
+    wanted = list(dict.fromkeys(n.strip() for n in names or () if n.strip())) or [base.policy]
+    configs = []
+    for name in wanted:
+        config = dataclasses.replace(base, policy=name, placement=placement or base.placement)
+        load_policy(config)
+        configs.append(config)
+    return configs
+
+
+def simulate(
+    workload: Workload,
+    config: SchedulerConfig,
+    options: SimOptions,
+    progress: Callable[[int], None] | None = None,
+) -> PolicyRun:
+    """Run one policy over the workload and summarise it. Summary extras: policy, cycles,
+    sim_wall_s and sim_jobs_per_s (jobs of the workload per second of engine time)."""
+    policy = load_policy(config)
+    sim = Simulator(workload.nodes, workload.quota, workload.jobs, policy, options)
+    began = time.perf_counter()
+    try:
+        result = sim.run(progress=progress)
+    except RuntimeError as err:  # the engine's guard against endless preemption
+        raise SimulationError(str(err)) from None
+    wall = time.perf_counter() - began
+    summary = summarize(result.events, workload.infos, result.capacity, result.guarantees)
+    summary = {
+        "policy": config.policy,
+        **summary,
+        "cycles": result.cycles,
+        "sim_end_time": result.end_time,
+        "sim_wall_s": wall,
+        "sim_jobs_per_s": len(workload.jobs) / wall if wall > 0 else None,
+    }
+    return PolicyRun(config.policy, result, summary, wall)
+
+
+# --- outputs -----------------------------------------------------------------------------------
+
+
+def safe_name(policy: str) -> str:
+    """A policy name usable in a file name ("mod:Class" -> "mod_Class")."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", policy).strip("._") or "policy"
+
+
+def per_policy_path(path: str | Path, policy: str, several: bool) -> Path:
+    """`path` itself for one policy; with several, the policy's name before the extension:
+    events.jsonl -> events.fair.jsonl."""
+    path = Path(path)
+    if not several:
+        return path
+    return path.with_name(f"{path.stem}.{safe_name(policy)}{path.suffix}")
+
+
+def write_events(events: Iterable[dict], path: str | Path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(event, separators=(",", ":")) + "\n" for event in events)
+
+
+def write_summary_file(summary: dict[str, Any], path: str | Path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_summary(summary, path)
+
+
+def write_policy_dir(run: PolicyRun, workload: Workload, directory: str | Path) -> Path:
+    """DIR/events.jsonl, jobs.csv, summary.json, utilisation.png, shares.png."""
+    from corral.sim.plots import plot_shares, plot_utilisation
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    events = run.result.events
+    write_events(events, directory / "events.jsonl")
+    write_job_csv(job_table(events, workload.infos), directory / "jobs.csv")
+    write_summary(run.summary, directory / "summary.json")
+    series = timeseries(events, workload.infos, run.result.capacity)
+    plot_utilisation(series, directory / "utilisation.png")
+    plot_shares(series, run.result.guarantees, run.result.capacity, directory / "shares.png")
+    return directory
+
+
+def write_out_dir(runs: Sequence[PolicyRun], workload: Workload, out: str | Path) -> Path:
+    """Per policy, OUT/POLICY/ (see write_policy_dir); then OUT/jct_cdf.png with every policy
+    on one chart and OUT/comparison.json (policy -> summary)."""
+    from corral.sim.plots import plot_jct_cdf
+
+    out = Path(out)
+    for run in runs:
+        write_policy_dir(run, workload, out / safe_name(run.name))
+    plot_jct_cdf({run.name: finished_jcts(run, workload) for run in runs}, out / "jct_cdf.png")
+    write_summary({run.name: run.summary for run in runs}, out / "comparison.json")
+    return out
+
+
+def finished_jcts(run: PolicyRun, workload: Workload) -> list[float]:
+    rows = job_table(run.result.events, workload.infos)
+    return [r.jct for r in rows if r.jct is not None]
+
+
+@dataclass(slots=True)
+class Outputs:
+    """Where a run's results go; all optional."""
+
+    events: str | Path | None = None
+    summary: str | Path | None = None
+    out: str | Path | None = None
+
+
+def write_outputs(
+    runs: Sequence[PolicyRun], workload: Workload, outputs: Outputs, several: bool | None = None
+) -> list[Path]:
+    """Every file `outputs` asks for; returns the paths written. `several`: name the events and
+    summary files per policy (default: when there are several runs; pass True when several
+    policies were asked for, so that names do not depend on which runs failed)."""
+    several = len(runs) > 1 if several is None else several
+    written: list[Path] = []
+    for run in runs:
+        if outputs.events is not None:
+            written.append(per_policy_path(outputs.events, run.name, several))
+            write_events(run.result.events, written[-1])
+        if outputs.summary is not None:
+            written.append(per_policy_path(outputs.summary, run.name, several))
+            write_summary_file(run.summary, written[-1])
+    if outputs.out is not None:
+        written.append(write_out_dir(runs, workload, outputs.out))
+    return written
