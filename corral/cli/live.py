@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -383,7 +384,7 @@ def show(
         ("reason", _why(data) or "-"),
         (
             "command",
-            data["command"] if isinstance(data["command"], str) else " ".join(data["command"]),
+            data["command"] if isinstance(data["command"], str) else shlex.join(data["command"]),
         ),
         ("resources", _resources(data["resources"])),
         ("priority", str(data["priority"])),

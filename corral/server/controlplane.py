@@ -20,6 +20,7 @@ the loop from its own thread.
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -103,6 +104,18 @@ def core_job(row: JobRow) -> Job:
     )
 
 
+def _exit_words(code: int | None) -> str:
+    if code is None:
+        return "a worker failed"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"a worker was killed by {name}"
+    return f"a worker exited {code}"
+
+
 def verdict(row: JobRow, attempt: AttemptRow, ex: AttemptExit) -> Verdict:
     """The job's fate after one attempt ended. Pure, so the rules read in one place."""
     if row.cancel_requested:
@@ -121,12 +134,13 @@ def verdict(row: JobRow, attempt: AttemptRow, ex: AttemptExit) -> Verdict:
         why = f"killed after its max_runtime of {limit:g}s"
         return Verdict("failed", "fail", why, data={"exit_code": ex.exit_code, "reason": why})
     code = ex.exit_code
+    what = _exit_words(code) if ex.outcome == FAILED else f"the gang stopped ({ex.outcome})"
     if row.restarts < row.spec.max_restarts:
         n = row.restarts + 1
-        why = f"a worker exited {code}; gang restart {n} of {row.spec.max_restarts}"
+        why = f"{what}; gang restart {n} of {row.spec.max_restarts}"
         data = {"exit_code": code, "restart": n, "reason": why}
         return Verdict("pending", "fail", why, restart=True, data=data)
-    why = f"a worker exited {code}" if ex.outcome == FAILED else f"stopped ({ex.outcome})"
+    why = what
     if row.spec.max_restarts:
         why += f" after {row.restarts} restarts"
     return Verdict("failed", "fail", why, data={"exit_code": code, "reason": why})

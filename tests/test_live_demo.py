@@ -1,0 +1,20 @@
+"""`corral demo --fast` runs end to end: a reclaim happens and the summary is printed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+from conftest import CLI
+
+
+def test_demo_fast_shows_a_reclaim_and_a_summary():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
+    done = subprocess.run(
+        [*CLI, "demo", "--fast"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "summary" in out and "makespan" in out
+    assert "preempted for vision/finetune" in out
+    assert out.count("succeeded") >= 9 and "failed" in out  # lint-data exits 1 on purpose
