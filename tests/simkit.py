@@ -183,6 +183,14 @@ def check_invariants(result: SimResult, scenario: str | dict | Path | Scenario) 
         domain_nodes[n.domain].add(n.name)
     specs = {sj.spec.name: sj for sj in scenario.jobs}
 
+    capacity: Counter[str] = Counter()  # type -> what corral may hand out
+    for n in scenario.nodes:
+        capacity[n.accelerator] += n.count
+    caps = scenario.quota.total_resources or {}
+    for accel in capacity:
+        if caps:
+            capacity[accel] = min(capacity[accel], caps.get(accel, 0))
+    in_use: Counter[str] = Counter()  # type -> accelerators in use
     used: Counter[str] = Counter()  # node -> accelerators in use
     on_node: dict[str, Counter[str]] = defaultdict(Counter)  # node -> job -> workers
     exclusive: dict[str, str] = {}  # domain -> job holding it alone
@@ -225,6 +233,11 @@ def check_invariants(result: SimResult, scenario: str | dict | Path | Scenario) 
                 used[n] += r.per_worker
                 on_node[n][name] += 1
                 assert used[n] <= nodes[n].count, f"node {n} over-committed at t={t}\n{log}"
+            in_use[r.accelerator] += r.per_worker * len(where)
+            assert in_use[r.accelerator] <= capacity[r.accelerator], (
+                f"{in_use[r.accelerator]} {r.accelerator} in use at t={t}, more than the"
+                f" {capacity[r.accelerator]} corral may hand out\n{log}"
+            )
             if r.exclusive:
                 for d in set(slice_domains):
                     assert d not in exclusive, f"{name} shares exclusive domain {d}\n{log}"
@@ -240,6 +253,7 @@ def check_invariants(result: SimResult, scenario: str | dict | Path | Scenario) 
                 final[name] = kind
                 continue
             assert name in running, f"{name} {kind} while not running at t={t}\n{log}"
+            in_use[r.accelerator] -= r.per_worker * len(running[name])
             for n in running.pop(name):
                 used[n] -= r.per_worker
                 on_node[n][name] -= 1
