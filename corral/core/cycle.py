@@ -42,6 +42,7 @@ class Cycle:
         "_hist_long",
         "_domains",
         "_pristine",
+        "scratch",
     )
 
     def __init__(self, snap: Snapshot, spread: bool = False):
@@ -61,6 +62,7 @@ class Cycle:
         self._hist_long: dict[str, list[int]] = {}
         self._domains: dict[str, SortedList] = {}
         self._pristine = True  # free map still equals the snapshot's: reuse its histograms
+        self.scratch: dict[str, object] = {}  # per-cycle memo of policies
 
     def probe(self) -> Cycle:
         """A scratch copy of the free map for what-if placement (preemption, reservation)."""
@@ -74,10 +76,11 @@ class Cycle:
         other._copied = set()
         other.victims = {}
         other.releasing = []
-        other.reservation = None
+        other.reservation = self.reservation
         other.decision = Decision()
         other._hist, other._hist_long, other._domains = {}, {}, {}
         other._pristine = self._pristine
+        other.scratch = {}
         return other
 
     def release(self, run: Running) -> None:

@@ -65,6 +65,7 @@ def _consider(cycle: Cycle, policy: Policy, reserver: _Reserver, job: Job) -> No
         why = reasons.releasing(cycle)
         cycle.wait(job, why.code, why.message)
         return
+    reserver.before_admitting(cycle)  # victims must not be chosen to free held capacity
     found = policy.victims(cycle, job)
     if found is not None:
         cycle.preempt(found.victims, found.nodes, job, found.why)

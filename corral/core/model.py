@@ -24,14 +24,13 @@ class Job:
     attained: float = 0.0  # accelerator-seconds already received (LAS)
     wait_since: float = 0.0  # when the job last became pending (submit or preemption)
     preemptions: int = 0
+    # Copies of resources.total and .accelerator: read in every inner loop of a cycle.
+    demand: int = field(init=False)
+    accelerator: str = field(init=False)
 
-    @property
-    def demand(self) -> int:
-        return self.resources.total
-
-    @property
-    def accelerator(self) -> str:
-        return self.resources.accelerator
+    def __post_init__(self) -> None:
+        self.demand = self.resources.total
+        self.accelerator = self.resources.accelerator
 
 
 @dataclass(slots=True, eq=False)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from corral.core.cycle import Cycle
 from corral.core.fit import place
 from corral.core.model import Job, Running
+from corral.core.reserve import is_short
 
 
 def eligible(cycle: Cycle, run: Running, min_runtime: float) -> bool:
@@ -33,8 +34,12 @@ class Preemption:
 
 
 def find_victims(cycle: Cycle, job: Job, candidates: Iterable[Running]) -> Preemption | None:
-    """The smallest prefix-then-pruned set of candidates whose release lets `job` fit."""
+    """The smallest prefix-then-pruned set of candidates whose release lets `job` fit.
+
+    Capacity held for a reservation stays held: preempting to land on it would be useless.
+    """
     probe = cycle.probe()
+    long = probe.reservation is not None and not is_short(job, probe.reservation, cycle.snap.now)
     chosen: list[Running] = []
     freed = sum(cycle.free[i] for i in cycle.snap.cluster.by_type.get(job.accelerator, ()))
     nodes = None
@@ -42,15 +47,15 @@ def find_victims(cycle: Cycle, job: Job, candidates: Iterable[Running]) -> Preem
         probe.release(run)
         chosen.append(run)
         freed += run.job.demand
-        if freed >= job.demand and probe.may_fit(job, long=False):
-            nodes = place(probe, job, long=False)
+        if freed >= job.demand and probe.may_fit(job, long):
+            nodes = place(probe, job, long)
             if nodes is not None:
                 break
     if nodes is None:
         return None
     for run in reversed(chosen[:-1]):
         probe.occupy(run.job, run.nodes)
-        fewer = place(probe, job, long=False) if probe.may_fit(job, long=False) else None
+        fewer = place(probe, job, long) if probe.may_fit(job, long) else None
         if fewer is not None:
             chosen.remove(run)
             nodes = fewer

@@ -18,6 +18,7 @@ from corral.core.cycle import Cycle
 from corral.core.model import Job, Running
 from corral.core.policy import Policy
 from corral.core.preempt import Preemption, eligible, find_victims
+from corral.core.snapshot import shape_of
 
 INF = float("inf")
 
@@ -27,18 +28,45 @@ class Fair(Policy):
     preemptive = True
 
     def order(self, cycle: Cycle) -> Iterator[Job]:
-        queues = {p: _ProjectQueue(users) for p, users in cycle.snap.pending.by_user.items()}
+        # Jobs that keep their project within its guarantee go first, then borrowers, each
+        # pass in bastion order. Otherwise a borrower ranked ahead of a reclaiming project
+        # (whose big head job makes its ratio look high) could take back the capacity that
+        # was just preempted for it, and the two would trade places forever.
+        seen: set[str] = set()
+        yield from self._pass(cycle, seen, within=True)
+        yield from self._pass(cycle, seen, within=False)
+
+    def _pass(self, cycle: Cycle, seen: set[str], within: bool) -> Iterator[Job]:
+        by_user = cycle.snap.pending.by_user
+        queues = {
+            p: _ProjectQueue(users)
+            for p, users in by_user.items()
+            if not within or self._has_room(cycle, p)
+        }
         heap = [self._project_key(cycle, p, q.peek()) for p, q in queues.items()]
         heapq.heapify(heap)
         while heap:
             project = heapq.heappop(heap)[-1]
-            if not self._may_progress(cycle, project):
-                continue  # nothing of this project can start now: the rest get derived reasons
+            if not self._may_progress(cycle, project) or (
+                within and not self._has_room(cycle, project)
+            ):
+                continue  # nothing of this project can start in this pass
             queue = queues[project]
-            yield queue.pop()
+            job = queue.pop()
+            if job.id not in seen and (not within or cycle.within_guarantee(job)):
+                seen.add(job.id)
+                yield job
             head = queue.peek()
             if head is not None:
                 heapq.heappush(heap, self._project_key(cycle, project, head))
+
+    def _has_room(self, cycle: Cycle, project: str) -> bool:
+        """Does some pending job of the project fit within its guarantee?"""
+        for accel, per_worker, workers in cycle.snap.pending.demand.get(project, ()):
+            need = per_worker * workers
+            if cycle.held(project, accel) + need <= cycle.snap.guarantee_of(project, accel) + 1e-9:
+                return True
+        return False
 
     def _project_key(self, cycle: Cycle, project: str, head: Job) -> tuple:
         guaranteed = project in cycle.snap.guarantee
@@ -81,7 +109,19 @@ class Fair(Policy):
         return cycle.within_guarantee(job)
 
     def victims(self, cycle: Cycle, job: Job) -> Preemption | None:
-        if cycle.within_guarantee(job):
+        # A search that failed for this project and shape fails again later in the cycle:
+        # capacity and candidates only shrink as the cycle goes on.
+        failed = cycle.scratch.setdefault("fair.failed", set())
+        attempt = (job.project, shape_of(job), job.priority)
+        if attempt in failed:
+            return None
+        found = self._search(cycle, job)
+        if found is None:
+            failed.add(attempt)
+        return found
+
+    def _search(self, cycle: Cycle, job: Job) -> Preemption | None:
+        if cycle.within_guarantee(job) and self._reclaim_bound(cycle, job) >= job.demand:
             found = find_victims(cycle, job, self._reclaimable(cycle, job))
             if found:
                 found.why = (
@@ -94,6 +134,15 @@ class Fair(Policy):
             found.why = f"preempted by higher-priority job {job.name} of project {job.project}"
             return found
         return None
+
+    def _reclaim_bound(self, cycle: Cycle, job: Job) -> float:
+        """Free accelerators plus all that other projects hold above their guarantees."""
+        snap, accel = cycle.snap, job.accelerator
+        bound = float(sum(cycle.free[i] for i in snap.cluster.by_type.get(accel, ())))
+        for project in snap.running_by_project:
+            if project != job.project:
+                bound += max(0.0, cycle.held(project, accel) - snap.guarantee_of(project, accel))
+        return bound
 
     def _reclaimable(self, cycle: Cycle, job: Job) -> Iterator[Running]:
         """Jobs of over-guarantee projects: most over-served project first, then lowest
