@@ -1,0 +1,114 @@
+"""Replay the Philly trace through the simulator, per policy: speed and sanity figures.
+
+    python bench/bench_sim.py [TRACE] [--first N] [--policy fair,fifo,las,srtf]
+                              [--cluster 64x8:v100] [--restart-penalty S]
+
+TRACE defaults to shared/traces/philly/philly.csv next to the repository. The cluster is
+64 nodes x 8 V100, the quota shares are derived from each team's demand (GPU-seconds).
+
+Per policy it prints the jobs, engine wall time (loading and metrics excluded), simulated
+jobs/s, scheduling cycles and preemptions, and four sanity checks:
+- every job finished;
+- mean JCT >= mean duration (no job finishes faster than it runs);
+- utilisation <= 1;
+- work conserved: the running time in the job table (from the event log) equals the sum of
+  the durations plus one restart penalty per resume; the difference is printed. (A resumed job
+  preempted again before its penalty is paid loses less than a whole penalty, so with a
+  penalty the difference may be slightly negative; with none it must be 0.)
+
+It prints figures; it is not a test. Exit status 1 when a check fails or a run stops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from corral.sim.engine import SimOptions
+from corral.sim.metrics import job_table
+from corral.sim.run import (
+    PolicyRun,
+    SimulationError,
+    Workload,
+    WorkloadSpec,
+    build_workload,
+    policy_configs,
+    simulate,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_TRACE = REPO / ".." / "shared" / "traces" / "philly" / "philly.csv"
+POLICIES = "fair,fifo,las,srtf"
+TOLERANCE = 1e-6  # relative; sums of ~10^5 floats of up to ~10^6 s
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    workload = build_workload(
+        WorkloadSpec(trace=args.trace, cluster=args.cluster, shares="demand", first=args.first)
+    )
+    print(workload.description)
+    options = SimOptions(restart_penalty=args.restart_penalty)
+    configs = policy_configs(workload.quota.scheduler, args.policy.split(","))
+    ok = True
+    for config in configs:
+        print(f"\n== {config.policy}", flush=True)
+        try:
+            run = simulate(workload, config, options)
+        except SimulationError as err:
+            print(f"   STOPPED: {err}")
+            ok = False
+            continue
+        ok &= report(run, workload, args.restart_penalty)
+    return 0 if ok else 1
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("trace", nargs="?", type=Path, default=DEFAULT_TRACE.resolve())
+    p.add_argument("--first", type=int, default=None, help="only the N earliest jobs")
+    p.add_argument("--policy", default=POLICIES, help=f"comma list (default {POLICIES})")
+    p.add_argument("--cluster", default="64x8:v100")
+    p.add_argument("--restart-penalty", type=float, default=0.0, help="seconds per resume")
+    return p.parse_args(argv)
+
+
+def report(run: PolicyRun, workload: Workload, penalty: float) -> bool:
+    """Print one policy's figures and checks; True when every check passes."""
+    s = run.summary
+    rows = job_table(run.result.events, workload.infos)
+    finished = [r for r in rows if r.state == "finished"]
+    ran = sum(r.run_time for r in rows)
+    needed = sum(r.duration for r in finished) + penalty * sum(r.preemptions for r in finished)
+    diff = ran - needed
+    print(f"   jobs             {s['jobs']}")
+    print(f"   sim wall         {run.wall_s:.2f} s")
+    print(f"   simulated jobs/s {s['sim_jobs_per_s']:,.0f}")
+    print(f"   cycles           {s['cycles']}")
+    print(f"   preemptions      {s['preemptions']}")
+    print(f"   JCT mean / p99   {s['jct']['mean']:.0f} s / {s['jct']['p99']:.0f} s")
+    print(f"   mean duration    {s['mean_duration']:.0f} s")
+    print(f"   utilisation      {s['utilisation']:.4f}")
+    print(f"   run time sum     {ran:.1f} s; durations + penalties {needed:.1f} s; diff {diff:.3g}")
+    checks = {
+        "every job finished": s["finished"] == s["jobs"] == len(workload.jobs),
+        "mean JCT >= mean duration": s["jct"]["mean"] >= s["mean_duration"] - TOLERANCE,
+        "utilisation <= 1": s["utilisation"] <= 1 + TOLERANCE,
+        "work conserved": _conserved(diff, needed, penalty, finished),
+    }
+    for name, passed in checks.items():
+        print(f"   {'ok  ' if passed else 'FAIL'} {name}")
+    return all(checks.values())
+
+
+def _conserved(diff: float, needed: float, penalty: float, finished) -> bool:
+    if abs(diff) <= TOLERANCE * max(needed, 1.0):
+        return True
+    # Penalties cut short by a second preemption make the run time fall short, never exceed.
+    slack = penalty * sum(r.preemptions for r in finished)
+    return -slack <= diff <= TOLERANCE * max(needed, 1.0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
