@@ -125,6 +125,8 @@ def simulate(
 
     With several policies, --events and --summary write one file per policy: events.fair.jsonl.
     """
+    # Imported here: main() registers this command on every `corral` invocation, and the
+    # simulator's imports (numpy, the policies) should not slow down the live commands.
     from corral.sim import run as sim_run
 
     try:
@@ -146,8 +148,9 @@ def simulate(
         options = _sim_options(round_s, restart_penalty, slowdown, max_sim_time)
         workload = sim_run.build_workload(spec)
         configs = sim_run.policy_configs(workload.quota.scheduler, _names(policy), placement)
-        runs, failures = _run_policies(sim_run, workload, configs, options)
         outputs = sim_run.Outputs(events=events, summary=summary, out=out)
+        outputs.prepare()
+        runs, failures = _run_policies(sim_run, workload, configs, options)
         written = sim_run.write_outputs(runs, workload, outputs, several=len(configs) > 1)
     except FormatError as err:
         fail(str(err))

@@ -347,6 +347,14 @@ class Outputs:
     summary: str | Path | None = None
     out: str | Path | None = None
 
+    def prepare(self) -> None:
+        """Create the directories now, so a bad path fails before a long run, not after."""
+        for path in (self.events, self.summary):
+            if path is not None:
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+        if self.out is not None:
+            Path(self.out).mkdir(parents=True, exist_ok=True)
+
 
 def write_outputs(
     runs: Sequence[PolicyRun], workload: Workload, outputs: Outputs, several: bool | None = None
@@ -354,6 +362,8 @@ def write_outputs(
     """Every file `outputs` asks for; returns the paths written. `several`: name the events and
     summary files per policy (default: when there are several runs; pass True when several
     policies were asked for, so that names do not depend on which runs failed)."""
+    if not runs:
+        return []
     several = len(runs) > 1 if several is None else several
     written: list[Path] = []
     for run in runs:
