@@ -361,6 +361,33 @@ def test_rule6_short_job_backfills_on_held_capacity_when_due_time_is_known():
     assert start_of(r, "t1")[0] >= 200, show(r)
 
 
+def test_rule6_reservation_kept_while_other_projects_are_within_their_guarantee():
+    # Spread placement leaves p2's four 2-GPU jobs on four different 4-GPU nodes: p2 holds
+    # exactly its guarantee (8 of 16), so p1's big (2 x 4, within p1's guarantee) can neither
+    # fit nor reclaim. It must still hold a reservation: p2's stream of borrowed 2-GPU jobs may
+    # not take the nodes it waits for. n0 and n1 are whole again at t=150 (s0, s1 end).
+    q = quota({"p1": {"gpu": 1}, "p2": {"gpu": 1}})
+    jobs = [job(f"s{i}", "p2", 2, duration=d) for i, d in enumerate([100, 150, 200, 250])]
+    jobs.append(job("big", "p1", 4, workers=2, submit=10))
+    jobs += [job(f"t{k:02d}", "p2", 2, submit=20 + 20 * k, duration=90) for k in range(15)]
+    sc = {
+        "cluster": [nodes("n", 4, 4)],
+        "quota": q,
+        "scheduler": {"placement": "spread"},
+        "jobs": jobs,
+    }
+    r = run_checked(sc)
+    assert start_of(r, "big") == (150, ["n0", "n1"]), show(r)
+
+
+def test_rule6_max_runtime_ends_a_job():
+    # max_runtime is enforced: x would need 500 s but is stopped (fail) after 100.
+    jobs = [job("x", "p", 1, duration=500, max_runtime=100), job("y", "p", 8, submit=1)]
+    r = run_checked({"cluster": "1x8:gpu", "jobs": jobs})
+    assert ends(r)["x"] == (100, "fail") and start_of(r, "y")[0] == 100, show(r)
+    assert events(r, "fail")[0]["reason"] == "max_runtime exceeded"
+
+
 # --- rule 7: reclaim ------------------------------------------------------------------------
 
 
@@ -404,6 +431,26 @@ def test_rule7_reclaim_skips_non_preemptible_jobs():
     assert preempted(r) == [(10, "a3"), (10, "a2")], show(r)
     assert start_of(r, "c1") == (10, ["gpu-2", "gpu-3"]), show(r)
     assert start_of(r, "c2")[0] == 110, show(r)
+
+
+def test_rule7_reclaim_exclusive_slices():
+    # Three 2-host v5e pools. p2 (guarantee 8 chips) borrows all three with one exclusive
+    # slice each; p1 (guarantee 16) wants two exclusive slices: it reclaims the two most
+    # recently started (js-c, js-b), which leaves p2 at its guarantee, and takes their pools.
+    cluster = [nodes(f"pool{i}-", 2, 4, f"pool{i}", accel="v5e") for i in (1, 2, 3)]
+    q = quota({"p1": {"v5e": 2}, "p2": {"v5e": 1}})
+    jobs = [
+        job(f"js-{c}", "p2", 4, accelerator="v5e", workers=2, exclusive=True, submit=i)
+        for i, c in enumerate("abc")
+    ]
+    for spec in jobs:
+        spec["duration"] = LONG
+    jobs.append(
+        job("two", "p1", 4, accelerator="v5e", workers=2, slices=2, exclusive=True, submit=10)
+    )
+    r = run_checked({"cluster": cluster, "quota": q, "jobs": jobs})
+    assert preempted(r) == [(10, "js-c"), (10, "js-b")], show(r)
+    assert start_of(r, "two") == (10, ["pool2-0", "pool2-1", "pool3-0", "pool3-1"]), show(r)
 
 
 def _min_runtime_scenario() -> dict:
@@ -557,6 +604,19 @@ def test_rule8_equal_priority_never_preempts():
     assert not preempted(r) and start_of(r, "b")[0] == 101, show(r)
 
 
+def test_rule8_priority_never_crosses_projects():
+    # p1's high-priority job does not preempt p2's low-priority one: priority orders a
+    # project's own jobs; across projects only the guarantee counts (p1 would be above its
+    # 0.5 GPU), so high waits for low to finish.
+    q = quota({"p1": {"gpu": 1}, "p2": {"gpu": 1}})
+    jobs = [
+        job("low", "p2", 1, submit=1, priority=-100, duration=100),
+        job("high", "p1", 1, submit=2, priority=100),
+    ]
+    r = run_checked({"cluster": "1x1:gpu", "quota": q, "jobs": jobs})
+    assert not preempted(r) and start_of(r, "high")[0] == 101, show(r)
+
+
 # --- rule 9: preempted jobs keep their place ------------------------------------------------
 
 
@@ -633,6 +693,14 @@ def test_rule10_impossible_jobs_are_rejected_at_submission_with_the_limit():
         for word in words:
             assert word in rejected[name][1], f"{name}: {rejected[name][1]!r} lacks {word!r}"
     assert start_of(r, "ok") == (2, ["a0", "a1", "b0", "b1"])
+
+
+def test_rule10_project_limit_caps_borrowing():
+    # `small` may hold at most 8 GPUs, even on an idle 32-GPU pool: two 4-GPU jobs at a time.
+    q = quota({"small": {"gpu": 1}, "big": {"gpu": 1}}, extra="[project_limits.small]\ngpu = 8")
+    jobs = [job(f"s{i}", "small", 4, submit=i, duration=100) for i in range(4)]
+    r = run_checked({"cluster": "4x8:gpu", "quota": q, "jobs": jobs})
+    assert [t for t, _, _ in starts(r)] == [0, 1, 100, 101], show(r)
 
 
 def test_rule10_non_member_is_refused():
