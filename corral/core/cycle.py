@@ -43,6 +43,7 @@ class Cycle:
         "_domains",
         "_pristine",
         "scratch",
+        "admitted",
     )
 
     def __init__(self, snap: Snapshot, spread: bool = False):
@@ -63,6 +64,7 @@ class Cycle:
         self._domains: dict[str, SortedList] = {}
         self._pristine = True  # free map still equals the snapshot's: reuse its histograms
         self.scratch: dict[str, object] = {}  # per-cycle memo of policies
+        self.admitted: Counter[str] = Counter()  # accelerators started by this cycle, per type
 
     def probe(self) -> Cycle:
         """A scratch copy of the free map for what-if placement (preemption, reservation)."""
@@ -81,6 +83,7 @@ class Cycle:
         other._hist, other._hist_long, other._domains = {}, {}, {}
         other._pristine = self._pristine
         other.scratch = {}
+        other.admitted = self.admitted
         return other
 
     def release(self, run: Running) -> None:
@@ -231,7 +234,15 @@ class Cycle:
 
     # -- outcomes ----------------------------------------------------------------------------
 
+    def under_cap(self, job: Job) -> bool:
+        """total_resources caps what corral hands out of a type, whatever the inventory."""
+        cap = self.snap.capacity.get(job.accelerator, 0)
+        return (
+            self.snap.in_use[job.accelerator] + self.admitted[job.accelerator] + job.demand <= cap
+        )
+
     def admit(self, job: Job, nodes: tuple[int, ...]) -> None:
+        self.admitted[job.accelerator] += job.demand
         self.occupy(job, nodes)
         self._add_usage(job.project, job.accelerator, job.demand)
         self.decision.starts.append(Start(job.id, self.snap.node_names(nodes)))
@@ -245,17 +256,21 @@ class Cycle:
         # placement needs beside the victims' are claimed, so no later job in this cycle takes
         # them and leaves it short once the victims are gone.
         self._add_usage(preemptor.project, preemptor.accelerator, preemptor.demand)
+        self.claim(preemptor, nodes, victims)
+        n = len(victims)
+        self.wait(preemptor, "preempting", f"preempting {n} job{'s' * (n > 1)} to make room")
+
+    def claim(self, job: Job, nodes: tuple[int, ...], freeing: list[Running]) -> None:
+        """Hold the free accelerators `job` will need beside those `freeing` jobs give back."""
         need: Counter[int] = Counter()
         for i in nodes:
-            need[i] += preemptor.resources.per_worker
-        for run in victims:
+            need[i] += job.resources.per_worker
+        for run in freeing:
             for i in run.nodes:
                 need[i] -= run.job.resources.per_worker
         for i, amount in need.items():
             if amount > 0:
                 self._take(i, min(amount, self.free[i]))
-        n = len(victims)
-        self.wait(preemptor, "preempting", f"preempting {n} job{'s' * (n > 1)} to make room")
 
     def wait(self, job: Job, code: str, message: str) -> None:
         self.decision.reasons[job.id] = Reason(code, message)

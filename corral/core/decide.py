@@ -13,7 +13,7 @@ from corral.core.cycle import Cycle
 from corral.core.fit import place
 from corral.core.model import Decision, Job
 from corral.core.policy import Policy
-from corral.core.preempt import fits_after_release
+from corral.core.preempt import place_after_release
 from corral.core.reserve import is_short, plan_reservation
 from corral.core.snapshot import Snapshot
 
@@ -61,7 +61,9 @@ def _consider(cycle: Cycle, policy: Policy, reserver: _Reserver, job: Job) -> No
     if nodes is not None:
         cycle.admit(job, nodes)
         return
-    if fits_after_release(cycle, job):
+    soon = place_after_release(cycle, job)
+    if soon is not None:  # hold what it needs beside the stopping jobs' accelerators
+        cycle.claim(job, soon, cycle.releasing)
         why = reasons.releasing(cycle)
         cycle.wait(job, why.code, why.message)
         return
@@ -83,7 +85,7 @@ def _long(cycle: Cycle, job: Job) -> bool:
 
 def _fit(cycle: Cycle, job: Job) -> tuple[int, ...] | None:
     long = _long(cycle, job)
-    if not cycle.may_fit(job, long):
+    if not cycle.may_fit(job, long) or not cycle.under_cap(job):
         return None
     return place(cycle, job, long)
 

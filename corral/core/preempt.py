@@ -64,11 +64,11 @@ def find_victims(cycle: Cycle, job: Job, candidates: Iterable[Running]) -> Preem
     return Preemption(chosen, nodes)
 
 
-def fits_after_release(cycle: Cycle, job: Job) -> bool:
-    """Would the job fit once the jobs already told to stop are gone?"""
+def place_after_release(cycle: Cycle, job: Job) -> tuple[int, ...] | None:
+    """Where the job would fit once the jobs already told to stop are gone, if anywhere."""
     if not cycle.releasing:
-        return False
+        return None
     probe = cycle.probe()
     for run in cycle.releasing:
         probe.release(run)
-    return place(probe, job, long=False) is not None
+    return place(probe, job, long=False)

@@ -180,6 +180,7 @@ class Snapshot:
         self.running_priorities: dict[str, Counter[int]] = defaultdict(Counter)
         self.pending = PendingQueue(queue_key or default_queue_key)
         self.usage: dict[str, Counter[str]] = defaultdict(Counter)  # project -> type -> held
+        self.in_use: Counter[str] = Counter()  # type -> held by all projects
         self.capacity = self._capacity()
         self.guarantee = self._guarantees()
 
@@ -240,6 +241,7 @@ class Snapshot:
             for i in where:
                 self.exclusive_domains[self.cluster.domain_of[i]] = job.id
         self.usage[job.project][job.accelerator] += job.demand
+        self.in_use[job.accelerator] += job.demand
         run = Running(job=job, nodes=where, started_at=now)
         self.running[job.id] = run
         self.running_by_project[job.project][job.id] = run
@@ -270,6 +272,7 @@ class Snapshot:
         if job.resources.exclusive:
             for i in run.nodes:
                 self.exclusive_domains.pop(self.cluster.domain_of[i], None)
+        self.in_use[job.accelerator] -= job.demand
         held = self.usage[job.project]
         held[job.accelerator] -= job.demand
         if not held[job.accelerator]:

@@ -28,12 +28,15 @@ class Fair(Policy):
     preemptive = True
 
     def order(self, cycle: Cycle) -> Iterator[Job]:
-        # Jobs that keep their project within its guarantee go first, then borrowers, each
-        # pass in bastion order. Otherwise a borrower ranked ahead of a reclaiming project
-        # (whose big head job makes its ratio look high) could take back the capacity that
-        # was just preempted for it, and the two would trade places forever.
+        # Each project's jobs that keep it within its guarantee go first (up to its first job
+        # that would not: order inside a project is kept), then everything else, each pass
+        # in bastion order. Reclaim happens only in the first pass, where the preemptor is
+        # sure to be first in line for the capacity it frees; otherwise a borrower ranked
+        # ahead of it could take that capacity back and the two would trade places forever.
         seen: set[str] = set()
+        cycle.scratch["fair.reclaim"] = True
         yield from self._pass(cycle, seen, within=True)
+        cycle.scratch["fair.reclaim"] = False
         yield from self._pass(cycle, seen, within=False)
 
     def _pass(self, cycle: Cycle, seen: set[str], within: bool) -> Iterator[Job]:
@@ -47,13 +50,13 @@ class Fair(Policy):
         heapq.heapify(heap)
         while heap:
             project = heapq.heappop(heap)[-1]
-            if not self._may_progress(cycle, project) or (
-                within and not self._has_room(cycle, project)
-            ):
-                continue  # nothing of this project can start in this pass
+            if not self._may_progress(cycle, project):
+                continue  # nothing of this project can start now: the rest get derived reasons
             queue = queues[project]
             job = queue.pop()
-            if job.id not in seen and (not within or cycle.within_guarantee(job)):
+            if job.id not in seen:
+                if within and not cycle.within_guarantee(job):
+                    continue  # the project's first job beyond its guarantee ends its pass
                 seen.add(job.id)
                 yield job
             head = queue.peek()
@@ -106,7 +109,10 @@ class Fair(Policy):
         return top is not None and top > min(running)
 
     def may_reserve(self, cycle: Cycle, job: Job) -> bool:
-        return cycle.within_guarantee(job)
+        """Within the guarantee: the job alone fits in it and the project is not borrowing.
+        (Its own running jobs may be what it waits for, so they are not added to it.)"""
+        g = cycle.snap.guarantee_of(job.project, job.accelerator) + 1e-9
+        return job.demand <= g and cycle.held(job.project, job.accelerator) <= g
 
     def victims(self, cycle: Cycle, job: Job) -> Preemption | None:
         # A search that failed for this project and shape fails again later in the cycle:
@@ -121,7 +127,11 @@ class Fair(Policy):
         return found
 
     def _search(self, cycle: Cycle, job: Job) -> Preemption | None:
-        if cycle.within_guarantee(job) and self._reclaim_bound(cycle, job) >= job.demand:
+        if (
+            cycle.scratch.get("fair.reclaim")
+            and cycle.within_guarantee(job)
+            and self._reclaim_bound(cycle, job) >= job.demand
+        ):
             found = find_victims(cycle, job, self._reclaimable(cycle, job))
             if found:
                 found.why = (

@@ -11,17 +11,17 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from corral.core.admission import check_admissible
 from corral.core.decide import decide
-from corral.core.model import Decision, Job
+from corral.core.model import Job
 from corral.core.policy import Policy
 from corral.core.snapshot import Snapshot
 from corral.formats.types import Node, Quota, ScenarioJob
 
 ARRIVE, FINISH, WAKE = 0, 1, 2  # completions at an instant are applied after arrivals
-MAX_CYCLES_PER_INSTANT = 10_000  # guards against a policy that preempts in a loop
+MAX_CYCLES_PER_INSTANT = 1_000  # guards against a policy that preempts in a loop
 
 
 @dataclass(slots=True)
@@ -53,7 +53,7 @@ class SimResult:
     cycles: int
     capacity: dict[str, int]
     guarantees: dict[str, dict[str, float]]
-    decisions: list[Decision] = field(default_factory=list)
+    stalls: int = 0  # instants where the policy kept preempting and the clock moved on
 
 
 class Simulator:
@@ -71,6 +71,7 @@ class Simulator:
         self.jobs: dict[str, SimJob] = {}
         self.events: list[dict] = []
         self.cycles = 0
+        self.stalls = 0
         self._queue: list[tuple[float, int, int, str, int]] = []
         self._seq = 0
         self._wakes: set[float] = set()
@@ -109,6 +110,7 @@ class Simulator:
             cycles=self.cycles,
             capacity=dict(self.snap.capacity),
             guarantees=self.snap.guarantee,
+            stalls=self.stalls,
         )
 
     def _cycle_due(self, now: float) -> bool:
@@ -161,7 +163,9 @@ class Simulator:
                 self._wake(decision.wake_at)
             if not decision.preemptions:
                 return
-        raise RuntimeError(f"policy {self.policy.name} kept preempting at t={now}")
+        # A policy that keeps preempting at one instant would stall the clock: let time move
+        # on (the next event reruns the cycle) and count it, so the summary can show it.
+        self.stalls += 1
 
     def _wake(self, t: float) -> None:
         step = self.options.round_s
@@ -201,11 +205,10 @@ class Simulator:
     def _account(self, sim: SimJob, now: float) -> None:
         """Credit the attempt that just stopped: progress (minus any restart penalty)."""
         job = sim.job
-        ran = now - (sim.started_at or now)
-        if job.preemptions:
-            ran = max(0.0, ran - self.options.restart_penalty)
-        job.run_time = min(sim.duration, job.run_time + ran)
-        job.attained += (now - (sim.started_at or now)) * job.demand
+        wall = now - (now if sim.started_at is None else sim.started_at)
+        ran = wall - self.options.restart_penalty if job.preemptions else wall
+        job.run_time = min(sim.duration, job.run_time + max(0.0, ran))
+        job.attained += wall * job.demand
 
     def _log(self, t: float, event: str, job: Job, **extra) -> None:
         self.events.append({"t": t, "event": event, "job": job.id, "project": job.project, **extra})
