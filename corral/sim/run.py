@@ -96,7 +96,7 @@ def build_workload(spec: WorkloadSpec) -> Workload:
     _check_spec(spec)
     if spec.scenario is not None:
         return _scenario_workload(spec)
-    nodes = load_nodes(spec.cluster)  # type: ignore[arg-type]  (checked above)
+    nodes = load_nodes(spec.cluster)  # not None: checked above
     accelerator, per_node = trace_shape(nodes)
     if spec.trace is not None:
         jobs, skipped, what = _trace_jobs(spec, accelerator, per_node)
@@ -132,12 +132,12 @@ def _check_spec(spec: WorkloadSpec) -> None:
 def _scenario_workload(spec: WorkloadSpec) -> Workload:
     from corral.formats import load_quota, load_scenario
 
-    scenario = load_scenario(spec.scenario)  # type: ignore[arg-type]
+    scenario = load_scenario(spec.scenario)
     nodes = scenario.nodes if spec.cluster is None else load_nodes(spec.cluster)
     quota = scenario.quota
     if spec.quota is not None:  # a quota file replaces the scenario's, [scheduler] included
         quota = load_quota(spec.quota)
-    what = f"scenario {Path(spec.scenario).name}"  # type: ignore[arg-type]
+    what = f"scenario {Path(spec.scenario).name}"
     jobs = _some(apply_filters(list(scenario.jobs), spec, filter_projects=True), what)
     return _finish(nodes, quota, jobs, what)
 
@@ -146,13 +146,13 @@ def _trace_jobs(spec: WorkloadSpec, accelerator: str, per_node: int):
     from corral.sim.traces import load_trace
 
     loaded = load_trace(
-        spec.trace,  # type: ignore[arg-type]
+        spec.trace,
         spec.trace_format,
         accelerator=accelerator,
         gpus_per_node=per_node,
         skip_bad=spec.skip_bad,
     )
-    what = f"trace {Path(spec.trace).name}"  # type: ignore[arg-type]
+    what = f"trace {Path(spec.trace).name}"
     if loaded.skipped:
         why = ", ".join(f"{n} {reason}" for reason, n in sorted(loaded.skip_reasons.items()))
         what += f" ({loaded.skipped} rows skipped: {why})"
@@ -163,8 +163,8 @@ def _synthetic_jobs(spec: WorkloadSpec, accelerator: str, per_node: int) -> list
     from corral.sim.traces import synthetic
 
     return synthetic(
-        jobs=spec.synthetic,  # type: ignore[arg-type]
-        rate_per_hour=spec.rate_per_hour,  # type: ignore[arg-type]
+        jobs=spec.synthetic,
+        rate_per_hour=spec.rate_per_hour,
         seed=spec.seed,
         projects=list(spec.projects or SYNTHETIC_PROJECTS),
         accelerator=accelerator,
