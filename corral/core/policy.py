@@ -47,5 +47,9 @@ class Policy:
         return False
 
     def wake_at(self, snap: Snapshot) -> float | None:
-        """A time at which the decision may change even if nothing happens."""
-        return None
+        """A time at which the decision may change even if nothing happens: here, when a
+        running job becomes old enough (preempt_min_runtime) to be a victim."""
+        if not self.preemptive or self.min_runtime <= 0 or not len(snap.pending):
+            return None
+        ages = (r.started_at + self.min_runtime for r in snap.running.values() if r.job.preemptible)
+        return min((t for t in ages if t > snap.now), default=None)

@@ -78,4 +78,7 @@ class Las(RankPolicy):
             if promote is not None and promote > snap.now:
                 times.append(promote)
         later = [t for t in times if t > snap.now]
+        aged = super().wake_at(snap)
+        if aged is not None:
+            later.append(aged)
         return min(later) if later else None

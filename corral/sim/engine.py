@@ -75,7 +75,7 @@ class Simulator:
         self._queue: list[tuple[float, int, int, str, int]] = []
         self._seq = 0
         self._wakes: set[float] = set()
-        for sj in jobs:
+        for sj in sorted(jobs, key=lambda sj: (sj.submit, sj.spec.name)):  # file order is no tie
             self._push(sj.submit, ARRIVE, sj.spec.name)
             self.jobs[sj.spec.name] = SimJob(job=_core_job(sj, quota), duration=sj.duration)
 
