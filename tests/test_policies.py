@@ -189,6 +189,25 @@ def test_srtf_uses_max_runtime_when_duration_unknown():
     assert [j for _, j, _ in starts(r)] == ["blk", "b", "a"], show(r)
 
 
+def test_srtf_exclusive_preemptor_gets_the_domain_it_cleared():
+    # One 4-GPU node in one domain. excl (exclusive, 100 s) preempts long to empty the domain;
+    # other (300 s, same instant) must not slip into the domain meanwhile, or excl preempts it
+    # in turn, long comes back, and so on forever at t=10.
+    cluster = [{"name": "n0", "accelerator": "gpu", "count": 4, "domain": "d0"}]
+    jobs = [
+        job("long", "p", 1, submit=1, duration=1000),
+        job("excl", "p", 1, exclusive=True, submit=10, duration=100),
+        job("other", "p", 1, submit=10, duration=300),
+    ]
+    r = run_checked({"cluster": cluster, "scheduler": {"policy": "srtf"}, "jobs": jobs})
+    assert brief(r, "start", "preempt")[:3] == [
+        (1, "start", "long", ("n0",)),
+        (10, "preempt", "long"),
+        (10, "start", "excl", ("n0",)),
+    ], show(r)
+    assert start_of(r, "other")[0] == 110, show(r)
+
+
 # --- placement: spread ----------------------------------------------------------------------
 
 

@@ -453,6 +453,26 @@ def test_rule7_reclaim_exclusive_slices():
     assert start_of(r, "two") == (10, ["pool2-0", "pool2-1", "pool3-0", "pool3-1"]), show(r)
 
 
+def test_rule7_domain_cleared_for_an_exclusive_preemptor_stays_clear():
+    # Two domains of two 4-GPU nodes. p2 (guarantee 8) holds d0 whole with p2-a and borrows
+    # 1 GPU in d1 with p2-b. p1's excl (exclusive, within p1's guarantee) needs an empty
+    # domain: it reclaims p2-b. p2-c, arriving at the same time, must not be placed in d1
+    # while excl is taking it over; otherwise excl preempts p2-c next, p2-b comes back into
+    # d1, and the two trade places forever (a preemption loop at t=10).
+    q = quota({"p1": {"gpu": 1}, "p2": {"gpu": 1}})
+    jobs = [
+        job("p2-a", "p2", 4, workers=2, submit=1, duration=1000),
+        job("p2-b", "p2", 1, submit=2, duration=1000),
+        job("excl", "p1", 1, exclusive=True, submit=10),
+        job("p2-c", "p2", 1, submit=10, duration=300),
+    ]
+    sc = {"cluster": [nodes("a", 2, 4, "d0"), nodes("b", 2, 4, "d1")], "quota": q, "jobs": jobs}
+    r = run_checked(sc)
+    assert preempted(r)[:3] == [(10, "p2-b")], show(r)
+    assert start_of(r, "excl") == (10, ["b0"]), show(r)
+    assert start_of(r, "p2-c")[0] >= 110, show(r)
+
+
 def _min_runtime_scenario() -> dict:
     # 4 one-GPU nodes, guarantees a=2, c=2; preempt_min_runtime 100 s. a holds all 4 GPUs
     # (started at 1, 50, 60, 70). c1 (2 GPUs, within c's guarantee) arrives at 120, when only
