@@ -107,7 +107,6 @@ class Quota:
         raise FormatError(f"priority: unknown class {priority!r} (classes: {allowed})")
 
 
-
 @dataclass(frozen=True, slots=True)
 class ScenarioJob:
     spec: JobSpec
