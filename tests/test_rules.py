@@ -363,7 +363,9 @@ def test_rule6_short_job_backfills_on_held_capacity_when_due_time_is_known():
 
 @pytest.mark.xfail(
     strict=True,
-    reason="core bug: reservation not kept while other projects admit in guarantee",
+    reason="core bug: Fair.order skips a project whose jobs cannot fit, reclaim or outrank"
+    " (_may_progress), so its blocked head job never becomes the reserver and later-ordered"
+    " borrowers take the capacity it waits for",
 )
 def test_rule6_reservation_kept_while_other_projects_are_within_their_guarantee():
     # Spread placement leaves p2's four 2-GPU jobs on four different 4-GPU nodes: p2 holds
@@ -459,8 +461,9 @@ def test_rule7_reclaim_exclusive_slices():
 
 @pytest.mark.xfail(
     strict=True,
-    reason="core bug: exclusive domain cleared by preemption"
-    " is not held for the preemptor in the next cycle",
+    reason="core bug: Cycle.preempt claims the preemptor's free accelerators but not its"
+    " exclusive domain, so a later job is placed in the domain being cleared -> preemption"
+    " loop (the simulator stalls 1000 cycles)",
 )
 def test_rule7_domain_cleared_for_an_exclusive_preemptor_stays_clear():
     # Two domains of two 4-GPU nodes. p2 (guarantee 8) holds d0 whole with p2-a and borrows
@@ -526,7 +529,8 @@ def test_rule7_reclaim_when_victims_come_of_age():
 
 @pytest.mark.xfail(
     strict=True,
-    reason="core bug: one victim does not serve two preemptors in a cycle",
+    reason="core bug: Cycle.preempt does not count the victims' spare accelerators as"
+    " available to later preemptors in the same cycle, so a second, useless victim is taken",
 )
 def test_rule7_one_victim_serves_two_preemptors():
     # 4 nodes x 8 GPUs; a (guarantee 8) holds three whole nodes, b (guarantee 24) fills the
@@ -798,7 +802,8 @@ def test_rule11_quota_reason():
 
 @pytest.mark.xfail(
     strict=True,
-    reason="core bug: capacity reason counts worker slots, not the largest free block on nodes",
+    reason="core bug: reasons.blocked says quota ('... and the pool is full') whenever"
+    " held + demand > guarantee, even with the project below its guarantee and 16 GPUs free",
 )
 def test_rule11_capacity_reason_when_free_capacity_is_fragmented():
     # 4 nodes x 8 h100; nlp and vision each hold 2 x 4 (one per node): 16 free, 4 per node.
