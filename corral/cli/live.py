@@ -181,7 +181,7 @@ def up(
     import logging
 
     from corral.formats.types import FormatError
-    from corral.server.up import Server, Settings, StateDirBusy
+    from corral.server.up import Server, Settings, StateDirBusy, check_port
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -195,6 +195,7 @@ def up(
         accelerator=accelerator,
     )
     try:
+        check_port(host, port)
         server = Server(settings)
     except (StateDirBusy, FormatError, OSError) as err:
         fail(str(err), 1)

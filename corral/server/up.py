@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -52,6 +53,17 @@ def lock_state_dir(state_dir: Path) -> int:
     os.ftruncate(fd, 0)
     os.pwrite(fd, str(os.getpid()).encode(), 0)
     return fd
+
+
+def check_port(host: str, port: int) -> None:
+    """Fail early, with one clear line, if the API could not listen (before any output)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            sock.bind((host, port))
+        except OSError as err:
+            raise OSError(f"cannot listen on {host}:{port}: {err.strerror}") from None
 
 
 def build(settings: Settings) -> ControlPlane:
