@@ -122,7 +122,7 @@ def _exit_words(code: int | None) -> str:
 def verdict(row: JobRow, attempt: AttemptRow, ex: AttemptExit) -> Verdict:
     """The job's fate after one attempt ended. Pure, so the rules read in one place."""
     if row.cancel_requested:
-        return Verdict("cancelled", None, "cancelled")
+        return Verdict("cancelled", None, row.message or "cancelled")
     if attempt.stop_reason == "preempt":
         # Requeued whatever the exit code: a job that checkpoints on SIGTERM and exits 0 has
         # not finished its work (Slurm requeue and JobSet restart do the same).
