@@ -35,6 +35,7 @@ from corral.policies import PLACEMENTS, load_policy
 from corral.sim.engine import SimOptions, SimResult, Simulator
 from corral.sim.metrics import (
     JobInfo,
+    fmt_seconds,
     infos_from_jobs,
     job_table,
     summarize,
@@ -104,7 +105,7 @@ def build_workload(spec: WorkloadSpec) -> Workload:
     else:
         jobs, skipped, what = _synthetic_jobs(spec, accelerator, per_node), 0, "synthetic"
         default_shares = "equal"
-    jobs = _some(apply_filters(jobs, spec, filter_projects=spec.trace is not None), what)
+    jobs = _filtered(jobs, spec, what)
     quota, how = _trace_quota(spec, jobs, accelerator, default_shares)
     return _finish(nodes, quota, jobs, f"{what}; quota {how}", skipped)
 
@@ -138,7 +139,7 @@ def _scenario_workload(spec: WorkloadSpec) -> Workload:
     if spec.quota is not None:  # a quota file replaces the scenario's, [scheduler] included
         quota = load_quota(spec.quota)
     what = f"scenario {Path(spec.scenario).name}"
-    jobs = _some(apply_filters(list(scenario.jobs), spec, filter_projects=True), what)
+    jobs = _filtered(sorted(scenario.jobs, key=lambda j: j.submit), spec, what)
     return _finish(nodes, quota, jobs, what)
 
 
@@ -183,20 +184,33 @@ def _trace_quota(spec: WorkloadSpec, jobs, accelerator: str, default: str) -> tu
     return derive_quota(jobs, accelerator, how), f"shares by {how}"
 
 
-def _some(jobs: list[ScenarioJob], what: str) -> list[ScenarioJob]:
+def _filtered(jobs: list[ScenarioJob], spec: WorkloadSpec, what: str) -> list[ScenarioJob]:
+    """The jobs the filters keep; an error that says what there was when they keep none."""
+    kept = apply_filters(jobs, spec, filter_projects=spec.synthetic is None)
+    if kept:
+        return kept
     if not jobs:
-        raise FormatError(f"{what}: no jobs to simulate (none given, or none left by the filters)")
-    return jobs
+        raise FormatError(f"{what}: no jobs to simulate")
+    span = f"{fmt_seconds(jobs[0].submit)} to {fmt_seconds(jobs[-1].submit)}"
+    names = sorted({j.spec.project for j in jobs})
+    shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
+    raise FormatError(
+        f"{what}: the filters leave no jobs (its jobs are submitted from {span}; projects: {shown})"
+    )
 
 
 def _finish(nodes, quota, jobs, what: str, skipped: int = 0) -> Workload:
     capacity = sum(n.count for n in nodes)
     projects = len({j.spec.project for j in jobs})
     description = (
-        f"{len(jobs)} jobs of {projects} projects from {what}; "
-        f"{len(nodes)} nodes, {capacity} accelerators"
+        f"{_count(len(jobs), 'job')} of {_count(projects, 'project')} from {what}; "
+        f"{_count(len(nodes), 'node')}, {_count(capacity, 'accelerator')}"
     )
     return Workload(nodes, quota, jobs, infos_from_jobs(jobs), description, skipped)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def load_nodes(cluster: str | Path) -> tuple[Node, ...]:
