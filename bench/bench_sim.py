@@ -84,22 +84,27 @@ def report(run: PolicyRun, workload: Workload, penalty: float) -> bool:
     diff = ran - needed
     print(f"   jobs             {s['jobs']}")
     print(f"   sim wall         {run.wall_s:.2f} s")
-    print(f"   simulated jobs/s {s['sim_jobs_per_s']:,.0f}")
+    print(f"   simulated jobs/s {_num(s['sim_jobs_per_s'], ',.0f')}")
     print(f"   cycles           {s['cycles']}")
     print(f"   preemptions      {s['preemptions']}")
-    print(f"   JCT mean / p99   {s['jct']['mean']:.0f} s / {s['jct']['p99']:.0f} s")
-    print(f"   mean duration    {s['mean_duration']:.0f} s")
+    print(f"   JCT mean / p99   {_num(s['jct']['mean'])} s / {_num(s['jct']['p99'])} s")
+    print(f"   mean duration    {_num(s['mean_duration'])} s")
     print(f"   utilisation      {s['utilisation']:.4f}")
     print(f"   run time sum     {ran:.1f} s; durations + penalties {needed:.1f} s; diff {diff:.3g}")
     checks = {
         "every job finished": s["finished"] == s["jobs"] == len(workload.jobs),
-        "mean JCT >= mean duration": s["jct"]["mean"] >= s["mean_duration"] - TOLERANCE,
+        "mean JCT >= mean duration": finished != []
+        and s["jct"]["mean"] >= s["mean_duration"] - TOLERANCE,
         "utilisation <= 1": s["utilisation"] <= 1 + TOLERANCE,
         "work conserved": _conserved(diff, needed, penalty, finished),
     }
     for name, passed in checks.items():
         print(f"   {'ok  ' if passed else 'FAIL'} {name}")
     return all(checks.values())
+
+
+def _num(value: float | None, spec: str = ".0f") -> str:
+    return "-" if value is None else format(value, spec)
 
 
 def _conserved(diff: float, needed: float, penalty: float, finished) -> bool:
