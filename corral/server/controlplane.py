@@ -290,6 +290,7 @@ class ControlPlane:
             self.attempts[att.job_id] = att
             self.placed[att.job_id] = self.store.placements(att.job_id, att.attempt)
             self.inventory.claim(self.placed[att.job_id])
+        self._requeue_orphans()
         self.snap = self._build_snapshot()
         # active() before poll(): an attempt that ends in between shows up in poll(), so no
         # live attempt can be missed by both and wrongly called lost.
@@ -312,6 +313,17 @@ class ControlPlane:
             self._apply_exit(ex)
             self.executor.ack(ex.job_id, ex.attempt)
         self._launch_all(relaunch)
+
+    def _requeue_orphans(self) -> None:
+        """A running job with no live attempt cannot come from our transactions (the two are
+        written together); if a hand-edited or damaged store has one, queue it again rather
+        than show a job running that nothing runs."""
+        for row in self.live.values():
+            if row.state == "running" and row.id not in self.attempts:
+                log.error("job %s is running with no live attempt; requeued", row.id)
+                with self.store.tx() as tx:
+                    tx.update_job(row.id, state="pending", attempt=row.attempt + 1)
+                row.state, row.attempt = "pending", row.attempt + 1
 
     def _adopt(self, job_id: str, att: AttemptRow) -> None:
         if att.state == "launching":
