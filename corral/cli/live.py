@@ -209,6 +209,11 @@ def _announce(server: Any) -> None:
     out = Console(stderr=True, highlight=False, soft_wrap=True)
     out.print(f"[bold]corral[/] is up at [cyan]{server.url}[/]  (API docs: {server.url}/docs)")
     out.print(f"  node {node.name}: {node.count} x {node.accelerator}; quota: {quota}")
+    if node.count == 0:
+        out.print(
+            "  [yellow]no GPUs found (NVML, nvidia-smi): every job will be refused;"
+            " try corral without GPUs with --fake-gpus N[/]"
+        )
     token = server.token_path
     if server.new_token:
         out.print(f"  admin token written to {token} (mode 0600)")
