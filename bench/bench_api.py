@@ -73,24 +73,35 @@ class Server:
                 time.sleep(0.1)
         self.token = (state / "admin.token").read_text().strip()
 
+    def log_tail(self, lines: int = 20) -> str:
+        text = Path(self.log.name).read_text(errors="replace")
+        return "--- corral up log (tail) ---\n" + "\n".join(text.splitlines()[-lines:]) + "\n"
+
     def client(self) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.token}"}
         return httpx.Client(base_url=self.url, headers=headers, timeout=30)
 
     def stop(self) -> None:
         with self.client() as c:  # the hog and anything running: don't leak processes
-            live = c.get("/v1/jobs", params={"state": "running", "limit": 100000}).json()
+            live = ok(c.get("/v1/jobs", params={"state": "running", "limit": 100000}))
             for job in live:
                 c.post(f"/v1/jobs/{job['id']}/cancel")
             deadline = time.monotonic() + 15
-            while (
-                time.monotonic() < deadline
-                and c.get("/v1/jobs", params={"state": "running"}).json()
+            while time.monotonic() < deadline and ok(
+                c.get("/v1/jobs", params={"state": "running"})
             ):
                 time.sleep(0.1)
         self.proc.send_signal(signal.SIGTERM)
         self.proc.wait(timeout=30)
         self.log.close()
+
+
+def ok(resp: httpx.Response) -> dict:
+    """The JSON of a successful answer; anything else ends the run with what went wrong."""
+    if resp.status_code >= 400:
+        req = resp.request
+        raise SystemExit(f"{req.method} {req.url}: {resp.status_code} {resp.text}")
+    return resp.json()
 
 
 def spec(i: int, per_worker: int = 1, command: str = "true") -> dict:
@@ -102,12 +113,12 @@ def measure_latency(server: Server, n: int) -> list[float]:
     with server.client() as c:
         for i in range(n):
             t0 = time.perf_counter()
-            job = c.post("/v1/jobs", json=spec(100_000 + i, command="sleep 0.05")).json()
+            job = ok(c.post("/v1/jobs", json=spec(100_000 + i, command="sleep 0.05")))
             while job["state"] == "pending":
                 time.sleep(0.001)
-                job = c.get(f"/v1/jobs/{job['id']}").json()
+                job = ok(c.get(f"/v1/jobs/{job['id']}"))
             out.append(time.perf_counter() - t0)
-            while c.get(f"/v1/jobs/{job['id']}").json()["state"] == "running":
+            while ok(c.get(f"/v1/jobs/{job['id']}"))["state"] == "running":
                 time.sleep(0.01)  # idle pool again before the next one
     return out
 
@@ -124,19 +135,29 @@ def _submit_range(url: str, token: str, start: int, n: int, step: int, client: s
     conn = http.client.HTTPConnection(host, int(port), timeout=30)
     errors = []
     for body in bodies:
-        conn.request("POST", "/v1/jobs", body=body, headers=headers)
-        resp = conn.getresponse()
-        text = resp.read()
-        if resp.status != 201:
-            errors.append(text.decode())
+        try:
+            status, text = _post(conn, body, headers)
+        except (http.client.RemoteDisconnected, ConnectionError):
+            # The server closed an idle keep-alive connection before reading the request:
+            # nothing was submitted, so send it again on a new connection (as httpx does).
+            conn.close()
+            status, text = _post(conn, body, headers)
+        if status != 201:
+            errors.append(text)
     conn.close()
     return errors
 
 
+def _post(conn: http.client.HTTPConnection, body: str, headers: dict) -> tuple[int, str]:
+    conn.request("POST", "/v1/jobs", body=body, headers=headers)
+    resp = conn.getresponse()
+    return resp.status, resp.read().decode()
+
+
 def measure_throughput(server: Server, n: int, clients: int, gpus: int, client: str) -> float:
     with server.client() as c:
-        hog = c.post("/v1/jobs", json=spec(0, per_worker=gpus, command="sleep 600")).json()
-        while c.get(f"/v1/jobs/{hog['id']}").json()["state"] != "running":
+        hog = ok(c.post("/v1/jobs", json=spec(0, per_worker=gpus, command="sleep 600")))
+        while ok(c.get(f"/v1/jobs/{hog['id']}"))["state"] != "running":
             time.sleep(0.01)
     # Client processes, not threads, and by default the stdlib's http.client rather than
     # httpx: httpx spends ~2 ms of CPU per request, more than the server, and on a 2-core
@@ -183,6 +204,9 @@ def main() -> None:
             rate = measure_throughput(
                 server, args.submissions, args.clients, args.gpus, args.client
             )
+        except BaseException:
+            sys.stderr.write(server.log_tail())
+            raise
         finally:
             server.stop()
     figures = {
