@@ -163,12 +163,15 @@ class LiveServer:
         runs = self.state / "runs"
         if not runs.is_dir():
             return
+        from corral.executors.rundir import ProcessRef
+
         for attempt in runs.glob("*/*"):
             refs = _json(attempt / "workers.json") or []
             sup = _json(attempt / "supervisor.pid")
             for ref in [*refs, *([sup] if sup else [])]:
-                with contextlib.suppress(OSError):
-                    os.killpg(int(ref["pid"]), signal.SIGKILL)
+                # By pid *and* start time: a pid recycled since is someone else's process.
+                with contextlib.suppress(OSError, KeyError, ValueError):
+                    ProcessRef.from_dict(ref).signal_group(signal.SIGKILL)
 
 
 def _json(path: Path):
