@@ -359,55 +359,59 @@ class ControlPlane:
     def submit(self, who: Principal, spec: JobSpec, auto_name: bool) -> JobRow:
         """Queue a parsed spec for `who`. Raises Refused with the status and a one-line reason."""
         with self._lock:
-            quota = self.quota
-            if not quota.is_member(who.user, spec.project):
-                mine = ", ".join(quota.projects_of(who.user)) or "none"
-                raise Refused(
-                    403,
-                    f"user {who.user} is not a member of project {spec.project!r}"
-                    f" (member of: {mine})",
-                )
-            try:
-                priority = quota.resolve_priority(spec.priority)
-            except FormatError as err:
-                raise Refused(422, str(err)) from None
-            job_id = f"j{self.seq + 1}"
-            if auto_name:
-                spec = replace(spec, name=job_id)
-            if spec.name in self.names:
-                other = self.live[self.names[spec.name]]
-                raise Refused(
-                    409, f"name {spec.name!r} is taken by live job {other.id} ({other.state})"
-                )
-            now = time.time()
-            row = JobRow(
-                id=job_id,
-                seq=self.seq + 1,
-                name=spec.name,
-                project=spec.project,
-                user=who.user,
-                priority=priority,
-                spec=spec,
-                state="pending",
-                submitted_at=now,
-                wait_since=now,
-            )
+            row = self._new_row(who, spec, auto_name)
             job = core_job(row)
-            self.snap.set_time(now)
+            self.snap.set_time(row.submitted_at)
             why = self._check_admissible(self.snap, job)
             if why:
-                self._record_reject(now, row, why)
+                self._record_reject(row.submitted_at, row, why)
                 raise Refused(422, why)
             with self.store.tx() as tx:
                 tx.insert_job(row)
-                tx.event(now, "submit", job_id, row.project, name=row.name, user=row.user)
-            self.seq += 1
+                tx.event(
+                    row.submitted_at, "submit", row.id, row.project, name=row.name, user=row.user
+                )
+            self.seq = row.seq
             self.snap.submit(job)
-            self.live[job_id] = row
-            self.names[row.name] = job_id
+            self.live[row.id] = row
+            self.names[row.name] = row.id
         self.metrics.events.labels("submit").inc()
         self._wake.set()
         return row
+
+    def _new_row(self, who: Principal, spec: JobSpec, auto_name: bool) -> JobRow:
+        """The job as it would be stored; Refused if `who` may not submit it."""
+        quota = self.quota
+        if not quota.is_member(who.user, spec.project):
+            mine = ", ".join(quota.projects_of(who.user)) or "none"
+            raise Refused(
+                403,
+                f"user {who.user} is not a member of project {spec.project!r} (member of: {mine})",
+            )
+        try:
+            priority = quota.resolve_priority(spec.priority)
+        except FormatError as err:
+            raise Refused(422, str(err)) from None
+        seq = self.seq + 1  # taken only if the job is stored: ids stay dense
+        if auto_name:
+            spec = replace(spec, name=f"j{seq}")
+        if spec.name in self.names:
+            other = self.live[self.names[spec.name]]
+            taken = f"name {spec.name!r} is taken by live job {other.id} ({other.state})"
+            raise Refused(409, taken)
+        now = time.time()
+        return JobRow(
+            id=f"j{seq}",
+            seq=seq,
+            name=spec.name,
+            project=spec.project,
+            user=who.user,
+            priority=priority,
+            spec=spec,
+            state="pending",
+            submitted_at=now,
+            wait_since=now,
+        )
 
     def _record_reject(self, now: float, row: JobRow, why: str) -> None:
         with self.store.tx() as tx:
