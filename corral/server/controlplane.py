@@ -88,6 +88,25 @@ class Verdict:
     data: dict[str, Any] = field(default_factory=dict)
 
 
+def job_changes(row: JobRow, att: AttemptRow, ex: AttemptExit, v: Verdict) -> dict[str, Any]:
+    """The job's columns after an attempt ended with verdict `v`."""
+    ran = max(0.0, ex.finished_at - att.started_at)
+    fields: dict[str, Any] = {
+        "state": v.state,
+        "run_time": row.run_time + ran,
+        "attained": row.attained + ran * row.spec.resources.total,
+    }
+    if v.state != "pending":
+        return fields | {"exit_code": ex.exit_code, "finished_at": ex.finished_at}
+    # Back in the queue as the next attempt, with its original submit time.
+    return fields | {
+        "attempt": row.attempt + 1,
+        "restarts": row.restarts + int(v.restart),
+        "preemptions": row.preemptions + int(v.preempted),
+        "wait_since": ex.finished_at,
+    }
+
+
 def core_job(row: JobRow) -> Job:
     spec = row.spec
     return Job(
@@ -596,20 +615,7 @@ class ControlPlane:
         row = self.live[ex.job_id]
         v = verdict(row, att, ex)
         message = note or v.message
-        ran = max(0.0, ex.finished_at - att.started_at)
-        run_time = row.run_time + ran
-        attained = row.attained + ran * row.spec.resources.total
-        job_fields: dict[str, Any] = {"state": v.state, "message": message}
-        job_fields |= {"run_time": run_time, "attained": attained}
-        if v.state == "pending":
-            job_fields |= {
-                "attempt": row.attempt + 1,
-                "restarts": row.restarts + int(v.restart),
-                "preemptions": row.preemptions + int(v.preempted),
-                "wait_since": ex.finished_at,
-            }
-        else:
-            job_fields |= {"exit_code": ex.exit_code, "finished_at": ex.finished_at}
+        job_fields = job_changes(row, att, ex, v) | {"message": message}
         with self.store.tx() as tx:
             tx.update_attempt(
                 row.id,
