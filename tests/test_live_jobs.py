@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
+from conftest import CLI
 
 QUOTA = """
 [toml-schema]
@@ -113,14 +115,23 @@ def test_gang_gets_the_env_contract_and_logs_come_back(server, alice):
 
 
 def test_failing_worker_restarts_the_gang_then_fails_with_its_code(server, alice, tmp_path):
-    marker = tmp_path / "starts"
+    marker, pids = tmp_path / "starts", tmp_path / "pids"
     script = (
-        f'echo "$CORRAL_ATTEMPT $RANK" >> {marker}; '
-        'if [ "$RANK" = 1 ]; then sleep 0.3; exit 3; fi; sleep 60'
+        f'echo "$CORRAL_ATTEMPT $RANK" >> {marker}; echo "attempt $CORRAL_ATTEMPT"; '
+        f'if [ "$RANK" = 1 ]; then sleep 0.3; exit 3; fi; echo $$ >> {pids}; sleep 60'
     )
+    script = f'[ "$CORRAL_ATTEMPT" = 0 ] && sleep 2; {script}'  # time for `logs -f` to attach
     job_id = server.cli(
         "submit", "--workers", "2", "--max-restarts", "2", "--", script, token=alice
     ).stdout.strip()
+    # `logs -f` follows the failing worker across the gang's restarts, and stops at the end.
+    follow = subprocess.Popen(
+        [*CLI, "logs", job_id, "-f", "--worker", "1"],
+        env=server.env(alice),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     job = server.wait(job_id, "failed", timeout=40)
     assert job["exit_code"] == 3
     assert job["restarts"] == 2 and job["attempt"] == 2
@@ -128,7 +139,18 @@ def test_failing_worker_restarts_the_gang_then_fails_with_its_code(server, alice
     lines = sorted(marker.read_text().split("\n")[:-1])
     assert lines == sorted(f"{a} {r}" for a in range(3) for r in range(2))
     # The healthy worker of each failed attempt was stopped, not left sleeping.
-    assert not server.live_jobs()
+    deadline = time.monotonic() + 5
+    healthy = [int(p) for p in pids.read_text().split()]
+    while any(_alive(p) for p in healthy) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(healthy) == 3 and not any(_alive(p) for p in healthy)
+
+    out, _ = follow.communicate(timeout=20)
+    assert follow.returncode == 0
+    seen = out.split("\n")[:-1]  # from the attempt current when it attached, to the end
+    assert len(seen) >= 2 and seen == ["attempt 0", "attempt 1", "attempt 2"][-len(seen) :]
+    one = server.cli("logs", job_id, "--worker", "1", "--attempt", "1", token=alice).stdout
+    assert one == "attempt 1\n"
 
 
 def _alive(pid: int) -> bool:

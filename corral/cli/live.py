@@ -474,6 +474,8 @@ def logs(
             out.flush()
             offset = int(resp.headers["X-Corral-Offset"])
             shown = int(resp.headers["X-Corral-Attempt"])
+            if current is None and resp.headers["X-Corral-Done"] == "0":
+                current = shown  # the offset belongs to this attempt's log: stay on it
             done = resp.headers["X-Corral-Done"] == "1"
             live = resp.headers["X-Corral-State"] in ("pending", "running")
             if resp.content and not done:
