@@ -70,6 +70,11 @@ def test_no_token_or_a_bad_one_is_401(server, alice_job):
         metrics = c.get("/metrics").text
     for name in ("corral_jobs", "corral_cycle_seconds", "corral_submit_to_running_seconds"):
         assert name in metrics
+    with server.http() as c:
+        spec = c.get("/openapi.json").json()
+        assert c.get("/docs").status_code == 200
+    assert {"/v1/jobs", "/v1/jobs/{job}/cancel", "/v1/queue", "/v1/tokens"} <= set(spec["paths"])
+    assert "requestBody" in spec["paths"]["/v1/jobs"]["post"]
 
 
 def test_users_see_and_cancel_only_their_own_jobs(server, tokens, alice_job):
