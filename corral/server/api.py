@@ -20,6 +20,7 @@ from corral.formats.types import FormatError
 from corral.server.auth import Principal
 from corral.server.controlplane import ControlPlane, Refused
 from corral.server.views import Views
+from corral.server.web import PAGE
 
 JOB_STATES = ("pending", "running", "succeeded", "failed", "cancelled")
 _PLACEHOLDER_NAME = "unnamed"  # lets a spec without a name parse; the job id replaces it
@@ -174,7 +175,7 @@ def create_app(cp: ControlPlane) -> FastAPI:
 
     @app.get("/", include_in_schema=False, response_class=HTMLResponse)
     def home() -> str:
-        return _HOME
+        return PAGE
 
     @app.get("/v1/whoami", tags=["meta"])
     async def whoami(user: User) -> dict[str, Any]:
@@ -312,12 +313,3 @@ def create_app(cp: ControlPlane) -> FastAPI:
         )
 
     return app
-
-
-_HOME = """<!doctype html><meta charset="utf-8"><title>corral</title>
-<body style="font-family: sans-serif; max-width: 40em; margin: 2em auto">
-<h1>corral</h1>
-<p>A fair-share gang scheduler. Use the <code>corral</code> command
-(<code>CORRAL_URL</code>, <code>CORRAL_TOKEN</code>), or the HTTP API:
-<a href="/docs">API reference</a>, <a href="/metrics">metrics</a>.</p>
-</body>"""
