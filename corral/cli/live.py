@@ -207,7 +207,10 @@ def _announce(server: Any) -> None:
     node = server.cp.inventory.nodes[0]
     quota = str(server.settings.quota) if server.settings.quota else "everything to 'default'"
     out = Console(stderr=True, highlight=False, soft_wrap=True)
-    out.print(f"[bold]corral[/] is up at [cyan]{server.url}[/]  (API docs: {server.url}/docs)")
+    out.print(
+        f"[bold]corral[/] is up at [cyan]{server.url}[/]  (web page: {server.url}/,"
+        f" API docs: {server.url}/docs)"
+    )
     out.print(f"  node {node.name}: {node.count} x {node.accelerator}; quota: {quota}")
     if node.count == 0:
         out.print(

@@ -64,6 +64,10 @@ async function refresh() {
     $("err").textContent = "";
   } catch (e) { $("err").textContent = e.message; }
 }
+if (location.hash.startsWith("#token=")) {  // a link with the token in the fragment: the
+  localStorage.token = decodeURIComponent(location.hash.slice(7));  // server never sees it
+  history.replaceState(null, "", location.pathname);
+}
 $("save").onclick = () => { localStorage.token = $("tok").value.trim(); refresh(); };
 refresh(); setInterval(refresh, 2000);
 </script></body></html>
