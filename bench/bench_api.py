@@ -201,7 +201,9 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = ap.parse_args()
 
-    with tempfile.TemporaryDirectory(prefix="corral-bench-") as tmp:
+    # ignore_cleanup_errors: a cancelled job's supervisor may still be writing its last
+    # files into the state dir as it is removed.
+    with tempfile.TemporaryDirectory(prefix="corral-bench-", ignore_cleanup_errors=True) as tmp:
         server = Server(Path(tmp) / "state", args.gpus)
         try:
             lat = measure_latency(server, args.latency_jobs)
