@@ -13,8 +13,9 @@ leaves a store that `_recover` can finish from:
 - an attempt the store has as live that the executor neither runs nor has an exit for is
   "lost": its job goes back to the queue as the next attempt, like a preemption.
 
-All methods that touch state take `self._lock`; the API calls them from its worker threads,
-the loop from its own thread.
+All methods that touch state take `self._lock`; the API calls them from its event loop or
+worker threads, the loop from its own thread. Only the loop thread launches attempts and polls
+exits, and it launches after releasing the lock (`_launch_all`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from corral.core.model import Decision, Job, Preempt, Start
@@ -46,7 +46,6 @@ from corral.server.inventory import Inventory, free_port
 from corral.server.metrics import Metrics
 from corral.server.quotafile import DEFAULT_PROJECT, QuotaSource
 from corral.server.store import (
-    FINAL_STATES,
     LIVE_STATES,
     AttemptRow,
     JobRow,
@@ -660,14 +659,3 @@ class ControlPlane:
 
     def locked(self) -> threading.RLock:
         return self._lock
-
-    def final(self, row: JobRow) -> bool:
-        return row.state in FINAL_STATES
-
-
-def state_dir_paths(state_dir: Path) -> dict[str, Path]:
-    return {
-        "db": state_dir / "corral.db",
-        "token": state_dir / "admin.token",
-        "logs": state_dir / "logs",
-    }

@@ -278,15 +278,6 @@ class Tx:
             (*fields.values(), job_id, attempt),
         )
 
-    def delete_attempt(self, job_id: str, attempt: int) -> None:
-        """Forget an attempt that provably never launched (restart recovery)."""
-        self._cur.execute(
-            "DELETE FROM placements WHERE job_id = ? AND attempt = ?", (job_id, attempt)
-        )
-        self._cur.execute(
-            "DELETE FROM attempts WHERE job_id = ? AND attempt = ?", (job_id, attempt)
-        )
-
     def insert_placements(self, job_id: str, attempt: int, rows: Sequence[PlacementRow]) -> None:
         self._cur.executemany(
             "INSERT INTO placements (job_id, attempt, worker, slice_id, node, gpus)"
