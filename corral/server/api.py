@@ -283,7 +283,7 @@ def create_app(cp: ControlPlane) -> FastAPI:
     ) -> Response:
         row = views.find(user, job)
         data, nxt, chosen, done = views.logs(row, worker, attempt, offset)
-        state = cp.live[row.id].state if row.id in cp.live else row.state
+        state = cp.live.get(row.id, row).state
         headers = {
             "X-Corral-Offset": str(nxt),
             "X-Corral-Attempt": str(chosen),
