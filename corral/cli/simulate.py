@@ -150,38 +150,22 @@ def simulate(
         configs = sim_run.policy_configs(workload.quota.scheduler, _names(policy), placement)
         outputs = sim_run.Outputs(events=events, summary=summary, out=out)
         outputs.prepare()
-        runs, failures = _run_policies(sim_run, workload, configs, options)
-        written = sim_run.write_outputs(runs, workload, outputs, several=len(configs) > 1)
+        runs = [_run_one(sim_run, workload, config, options) for config in configs]
+        written = sim_run.write_outputs(runs, workload, outputs)
     except FormatError as err:
         fail(str(err))
     except OSError as err:
         fail(_os_message(err))
     if as_json:
         _print_json({run.name: run.summary for run in runs})
-    elif runs:
+    else:
         _print_report(workload, runs, written)
-    _report_failures(failures)
 
 
-def _run_policies(sim_run, workload, configs, options):
-    """Run each policy; one that the engine stops does not cost the others' results."""
-    runs, failures = [], []
-    for config in configs:
-        label = f"{config.policy}: {len(workload.jobs)} jobs"
-        with _progress(len(workload.jobs), label) as update:
-            try:
-                runs.append(sim_run.simulate(workload, config, options, progress=update))
-            except sim_run.SimulationError as err:
-                failures.append(f"simulation stopped: {err}")
-    return runs, failures
-
-
-def _report_failures(failures: list[str]) -> None:
-    """One `corral: error:` line per policy that did not finish, then exit 1."""
-    for message in failures[:-1]:
-        typer.echo(f"corral: error: {message}", err=True)
-    if failures:
-        fail(failures[-1], 1)
+def _run_one(sim_run, workload, config, options):
+    label = f"{config.policy}: {len(workload.jobs)} jobs"
+    with _progress(len(workload.jobs), label) as update:
+        return sim_run.simulate(workload, config, options, progress=update)
 
 
 # --- flag parsing ------------------------------------------------------------------------------
@@ -291,6 +275,8 @@ def _print_report(workload, runs, written: list[Path]) -> None:
     console.print(f"[dim]{workload.description}[/]")
     table = comparison_table({run.name: run.summary for run in runs})
     table.add_row("cycles", *(str(run.result.cycles) for run in runs))
+    if any(run.result.stalls for run in runs):  # rare; a row of zeros would only distract
+        table.add_row("stalls", *(str(run.result.stalls) for run in runs))
     table.add_row("sim wall time", *(_wall(run.wall_s) for run in runs))
     table.add_row("sim jobs/s", *(_rate(run.summary["sim_jobs_per_s"]) for run in runs))
     if len(runs) == 1:

@@ -6,8 +6,7 @@ the outputs. `corral simulate` is a thin layer over this, and benches and tests 
     runs = [simulate(workload, config, SimOptions()) for config in configs]
     write_out_dir(runs, workload, "results/")
 
-Bad input raises FormatError with one line; an engine that gives up (a policy that keeps
-preempting) raises SimulationError.
+Bad input raises FormatError with one line.
 
 Choices written down here because results depend on them:
 - Trace and synthetic jobs ask for the cluster's first accelerator type (in the order the
@@ -46,10 +45,6 @@ from corral.sim.metrics import (
 
 SYNTHETIC_PROJECTS = ("a", "b", "c", "d")
 SHARES = ("equal", "demand")
-
-
-class SimulationError(Exception):
-    """The engine gave up on a run (e.g. a policy that preempts in a loop)."""
 
 
 @dataclass(slots=True)
@@ -268,20 +263,19 @@ def simulate(
     progress: Callable[[int], None] | None = None,
 ) -> PolicyRun:
     """Run one policy over the workload and summarise it. Summary extras: policy, cycles,
-    sim_wall_s and sim_jobs_per_s (jobs of the workload per second of engine time)."""
+    stalls (instants where the policy kept preempting and the engine moved the clock on),
+    sim_end_time, sim_wall_s and sim_jobs_per_s (jobs per second of engine time)."""
     policy = load_policy(config)
     sim = Simulator(workload.nodes, workload.quota, workload.jobs, policy, options)
     began = time.perf_counter()
-    try:
-        result = sim.run(progress=progress)
-    except RuntimeError as err:  # the engine's guard against endless preemption
-        raise SimulationError(str(err)) from None
+    result = sim.run(progress=progress)
     wall = time.perf_counter() - began
     summary = summarize(result.events, workload.infos, result.capacity, result.guarantees)
     summary = {
         "policy": config.policy,
         **summary,
         "cycles": result.cycles,
+        "stalls": result.stalls,
         "sim_end_time": result.end_time,
         "sim_wall_s": wall,
         "sim_jobs_per_s": len(workload.jobs) / wall if wall > 0 else None,
@@ -370,15 +364,10 @@ class Outputs:
             Path(self.out).mkdir(parents=True, exist_ok=True)
 
 
-def write_outputs(
-    runs: Sequence[PolicyRun], workload: Workload, outputs: Outputs, several: bool | None = None
-) -> list[Path]:
-    """Every file `outputs` asks for; returns the paths written. `several`: name the events and
-    summary files per policy (default: when there are several runs; pass True when several
-    policies were asked for, so that names do not depend on which runs failed)."""
-    if not runs:
-        return []
-    several = len(runs) > 1 if several is None else several
+def write_outputs(runs: Sequence[PolicyRun], workload: Workload, outputs: Outputs) -> list[Path]:
+    """Every file `outputs` asks for; returns the paths written. With several runs, the events
+    and summary files are named per policy."""
+    several = len(runs) > 1
     written: list[Path] = []
     for run in runs:
         if outputs.events is not None:
