@@ -143,11 +143,18 @@ def test_trace_two_policies_out_dir(tmp_path: Path) -> None:
     assert all(s["finished"] == 30 for s in comparison.values())
 
 
-def test_synthetic_workload(tmp_path: Path) -> None:
+def test_synthetic_workload_and_own_policy(tmp_path: Path) -> None:
+    # A researcher's policy in one file in the current directory (DESIGN.md section 1).
+    (tmp_path / "mypolicy.py").write_text(
+        "from corral.policies.fifo import Fifo\n\nclass Mine(Fifo):\n    name = 'mine'\n"
+    )
     args = ["--synthetic", "40", "--rate", "20/h", "--seed", "7", "--cluster", "2x8:a100"]
-    proc = ok(corral(*args, "--projects", "x,y", "--policy", "fifo", "--json"))
-    summary = json.loads(proc.stdout)["fifo"]
-    assert summary["jobs"] == 40 and set(summary["per_project"]) == {"x", "y"}
+    args += ["--projects", "x,y", "--policy", "fifo,mypolicy:Mine", "--json"]
+    summaries = json.loads(ok(corral(*args, cwd=tmp_path)).stdout)
+    assert list(summaries) == ["fifo", "mypolicy:Mine"]
+    for summary in summaries.values():
+        assert summary["jobs"] == 40 and set(summary["per_project"]) == {"x", "y"}
+    assert summaries["fifo"]["jct"] == summaries["mypolicy:Mine"]["jct"]  # same order as fifo
 
 
 # --- bad input: one line, exit 2, no traceback ------------------------------------------------

@@ -76,7 +76,8 @@ def simulate(
         str | None,
         typer.Option(
             "--policy",
-            help="Comma list of fair, fifo, las, srtf or module:Class "
+            help="Comma list of fair, fifo, las, srtf or module:Class (a module in the current "
+            "directory or installed) "
             "(default: the quota's \\[scheduler].policy, else fair).",
         ),
     ] = None,
@@ -129,6 +130,7 @@ def simulate(
     # simulator's imports (numpy, the policies) should not slow down the live commands.
     from corral.sim import run as sim_run
 
+    _importable_cwd()
     try:
         spec = sim_run.WorkloadSpec(
             scenario=scenario,
@@ -160,6 +162,15 @@ def simulate(
         _print_json({run.name: run.summary for run in runs})
     else:
         _print_report(workload, runs, written)
+
+
+def _importable_cwd() -> None:
+    """Let --policy mymodule:MyPolicy find mymodule.py in the current directory, as
+    `python -m` would; the console script only puts its own directory on sys.path. Appended,
+    so a local file never shadows an installed package."""
+    cwd = str(Path.cwd())
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
 
 
 def _run_one(sim_run, workload, config, options):
