@@ -123,12 +123,6 @@ def _starving(starve_factor) -> dict:
     return {"cluster": "1x1:gpu", "scheduler": las(starve_factor=starve_factor), "jobs": jobs}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: Las.ranked_pending merges promoted jobs into queue 0 by the static"
-    " queue key, whose first element is their old level, so every queue-0 job still goes"
-    " first",
-)
 def test_las_starving_job_is_promoted_to_queue_0():
     # With starve_factor 1, long (run 100 s, waiting since 101) is promoted at t=201. In queue
     # 0 it is the oldest job, so it takes the GPU at the next opportunity, t=221, instead of
@@ -195,12 +189,6 @@ def test_srtf_uses_max_runtime_when_duration_unknown():
     assert [j for _, j, _ in starts(r)] == ["blk", "b", "a"], show(r)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: Cycle.preempt claims the preemptor's free accelerators but not its"
-    " exclusive domain, so a later job is placed in the domain being cleared -> preemption"
-    " loop (the simulator stalls 1000 cycles)",
-)
 def test_srtf_exclusive_preemptor_gets_the_domain_it_cleared():
     # One 4-GPU node in one domain. excl (exclusive, 100 s) preempts long to empty the domain;
     # other (300 s, same instant) must not slip into the domain meanwhile, or excl preempts it

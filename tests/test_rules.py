@@ -361,12 +361,6 @@ def test_rule6_short_job_backfills_on_held_capacity_when_due_time_is_known():
     assert start_of(r, "t1")[0] >= 200, show(r)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: Fair.order skips a project whose jobs cannot fit, reclaim or outrank"
-    " (_may_progress), so its blocked head job never becomes the reserver and later-ordered"
-    " borrowers take the capacity it waits for",
-)
 def test_rule6_reservation_kept_while_other_projects_are_within_their_guarantee():
     # Spread placement leaves p2's four 2-GPU jobs on four different 4-GPU nodes: p2 holds
     # exactly its guarantee (8 of 16), so p1's big (2 x 4, within p1's guarantee) can neither
@@ -459,12 +453,6 @@ def test_rule7_reclaim_exclusive_slices():
     assert start_of(r, "two") == (10, ["pool2-0", "pool2-1", "pool3-0", "pool3-1"]), show(r)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: Cycle.preempt claims the preemptor's free accelerators but not its"
-    " exclusive domain, so a later job is placed in the domain being cleared -> preemption"
-    " loop (the simulator stalls 1000 cycles)",
-)
 def test_rule7_domain_cleared_for_an_exclusive_preemptor_stays_clear():
     # Two domains of two 4-GPU nodes. p2 (guarantee 8) holds d0 whole with p2-a and borrows
     # 1 GPU in d1 with p2-b. p1's excl (exclusive, within p1's guarantee) needs an empty
@@ -527,11 +515,6 @@ def test_rule7_reclaim_when_victims_come_of_age():
     assert start_of(r, "c1") == (150, ["gpu-0", "gpu-1"]), show(r)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: Cycle.preempt does not count the victims' spare accelerators as"
-    " available to later preemptors in the same cycle, so a second, useless victim is taken",
-)
 def test_rule7_one_victim_serves_two_preemptors():
     # 4 nodes x 8 GPUs; a (guarantee 8) holds three whole nodes, b (guarantee 24) fills the
     # fourth with b0, b1 and still wants b2, b3 (4 GPUs each). Preempting one of a's jobs (a3,
@@ -800,11 +783,6 @@ def test_rule11_quota_reason():
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: reasons.blocked says quota ('... and the pool is full') whenever"
-    " held + demand > guarantee, even with the project below its guarantee and 16 GPUs free",
-)
 def test_rule11_capacity_reason_when_free_capacity_is_fragmented():
     # 4 nodes x 8 h100; nlp and vision each hold 2 x 4 (one per node): 16 free, 4 per node.
     # vision (8 of its 16) asks for 2 workers x 8. The pool is not full and vision is not

@@ -36,6 +36,9 @@ class Cycle:
         "_copied",
         "victims",
         "releasing",
+        "soon",
+        "promised",
+        "reserver",
         "reservation",
         "decision",
         "_hist",
@@ -55,8 +58,15 @@ class Cycle:
         self.usage = snap.usage  # copied per project on first write
         self._copied: set[str] = set()
         self.victims: dict[str, Running] = {}  # chosen for preemption in this cycle
-        # Accelerators of running jobs already told to stop: free soon, at no further cost.
-        self.releasing = list(snap.terminating.values())
+        # Jobs told to stop (before or in this cycle): their accelerators are free soon, at no
+        # further cost. `soon` counts them per node; `promised`, those already held for a
+        # waiting job, so two jobs never count on the same ones.
+        self.releasing: list[Running] = []
+        self.soon: Counter[int] = Counter()
+        self.promised: Counter[int] = Counter()
+        for run in snap.terminating.values():
+            self._releasing(run)
+        self.reserver: Job | None = None  # the blocked job the reservation is for (rule 6)
         self.reservation: Reservation | None = None
         self.decision = Decision()
         self._hist: dict[str, list[int]] = {}
@@ -66,8 +76,9 @@ class Cycle:
         self.scratch: dict[str, object] = {}  # per-cycle memo of policies
         self.admitted: Counter[str] = Counter()  # accelerators started by this cycle, per type
 
-    def probe(self) -> Cycle:
-        """A scratch copy of the free map for what-if placement (preemption, reservation)."""
+    def probe(self, released: bool = False) -> Cycle:
+        """A scratch copy of the free map for what-if placement (preemption, reservation);
+        `released`: as it will be once the stopping jobs are gone and the promises kept."""
         other = Cycle.__new__(Cycle)
         other.snap = self.snap
         other.spread = self.spread
@@ -77,13 +88,19 @@ class Cycle:
         other.usage = self.usage
         other._copied = set()
         other.victims = {}
-        other.releasing = []
+        other.releasing, other.soon, other.promised = [], Counter(), Counter()
+        other.reserver = self.reserver
         other.reservation = self.reservation
         other.decision = Decision()
         other._hist, other._hist_long, other._domains = {}, {}, {}
         other._pristine = self._pristine
         other.scratch = {}
         other.admitted = self.admitted
+        if released:
+            for run in self.releasing:
+                other.release(run)
+            for i, amount in self.promised.items():
+                other._take(i, amount)
         return other
 
     def release(self, run: Running) -> None:
@@ -100,8 +117,8 @@ class Cycle:
                 domain = self.snap.cluster.domain_of[i]
                 if sign > 0:
                     self.exclusive[domain] = job.id
-                else:
-                    self.exclusive.pop(domain, None)
+                elif self.exclusive.get(domain) == job.id:  # not a domain promised to another
+                    del self.exclusive[domain]
 
     # -- usage -------------------------------------------------------------------------------
 
@@ -165,6 +182,10 @@ class Cycle:
         if long and self.reservation is not None:
             return max(0, free - self.reservation.held.get(node, 0))
         return free
+
+    def free_total(self, accelerator: str) -> int:
+        hist = self._histogram(accelerator, False)
+        return sum(k * n for k, n in enumerate(hist))
 
     def max_block(self, accelerator: str, long: bool = True) -> int:
         hist = self._histogram(accelerator, long)
@@ -250,27 +271,33 @@ class Cycle:
     def preempt(self, victims: list[Running], nodes: tuple[int, ...], preemptor: Job, why: str):
         for run in victims:
             self.victims[run.job.id] = run
+            self._releasing(run)
             self._add_usage(run.job.project, run.job.accelerator, -run.job.demand)
             self.decision.preemptions.append(Preempt(run.job.id, why, preemptor.id))
-        # The preemptor's share is counted as taken now, and the free accelerators its
-        # placement needs beside the victims' are claimed, so no later job in this cycle takes
-        # them and leaves it short once the victims are gone.
-        self._add_usage(preemptor.project, preemptor.accelerator, preemptor.demand)
-        self.claim(preemptor, nodes, victims)
+        self.promise(preemptor, nodes)
         n = len(victims)
         self.wait(preemptor, "preempting", f"preempting {n} job{'s' * (n > 1)} to make room")
 
-    def claim(self, job: Job, nodes: tuple[int, ...], freeing: list[Running]) -> None:
-        """Hold the free accelerators `job` will need beside those `freeing` jobs give back."""
-        need: Counter[int] = Counter()
+    def _releasing(self, run: Running) -> None:
+        self.releasing.append(run)
+        for i in run.nodes:
+            self.soon[i] += run.job.resources.per_worker
+
+    def promise(self, job: Job, nodes: tuple[int, ...]) -> None:
+        """Hold `nodes` for a job that starts once the stopping jobs are gone: its share counts
+        as taken, it takes what they release first and free accelerators for the rest, and an
+        exclusive job's domains are closed, so no later job in the cycle leaves it short."""
+        self._add_usage(job.project, job.accelerator, job.demand)
+        per = job.resources.per_worker
         for i in nodes:
-            need[i] += job.resources.per_worker
-        for run in freeing:
-            for i in run.nodes:
-                need[i] -= run.job.resources.per_worker
-        for i, amount in need.items():
-            if amount > 0:
-                self._take(i, min(amount, self.free[i]))
+            self.node_jobs[i] += 1
+            from_soon = min(per, self.soon[i] - self.promised[i])
+            self.promised[i] += from_soon
+            if per > from_soon:
+                self._take(i, per - from_soon)
+        if job.resources.exclusive:
+            for i in nodes:
+                self.exclusive[self.snap.cluster.domain_of[i]] = job.id
 
     def wait(self, job: Job, code: str, message: str) -> None:
         self.decision.reasons[job.id] = Reason(code, message)

@@ -19,20 +19,20 @@ from corral.core.snapshot import Snapshot
 
 
 class _Reserver:
-    """The first blocked job allowed a reservation, and its reservation once computed."""
+    """Plans the reservation of the cycle's reserver (the first blocked job allowed one)
+    once, when it first matters."""
 
-    __slots__ = ("job", "planned")
+    __slots__ = ("planned",)
 
     def __init__(self) -> None:
-        self.job: Job | None = None
         self.planned = False
 
     def before_admitting(self, cycle: Cycle) -> bool:
         """Plan the reservation if still pending. True when one now constrains placement."""
-        if self.job is None or self.planned:
+        if cycle.reserver is None or self.planned:
             return False
         self.planned = True
-        reservation = plan_reservation(cycle, self.job)
+        reservation = plan_reservation(cycle, cycle.reserver)
         if reservation is None:
             return False
         cycle.reserve(reservation)
@@ -63,7 +63,7 @@ def _consider(cycle: Cycle, policy: Policy, reserver: _Reserver, job: Job) -> No
         return
     soon = place_after_release(cycle, job)
     if soon is not None:  # hold what it needs beside the stopping jobs' accelerators
-        cycle.claim(job, soon, cycle.releasing)
+        cycle.promise(job, soon)
         why = reasons.releasing(cycle)
         cycle.wait(job, why.code, why.message)
         return
@@ -73,8 +73,8 @@ def _consider(cycle: Cycle, policy: Policy, reserver: _Reserver, job: Job) -> No
         cycle.preempt(found.victims, found.nodes, job, found.why)
         return
     why = _blocked(cycle, job)
-    if reserver.job is None and policy.may_reserve(cycle, job):
-        reserver.job = job
+    if cycle.reserver is None and policy.may_reserve(cycle, job):
+        cycle.reserver = job
     cycle.wait(job, why.code, why.message)
 
 

@@ -37,11 +37,12 @@ def find_victims(cycle: Cycle, job: Job, candidates: Iterable[Running]) -> Preem
     """The smallest prefix-then-pruned set of candidates whose release lets `job` fit.
 
     Capacity held for a reservation stays held: preempting to land on it would be useless.
+    What jobs already stopping will release, and nobody was promised, counts as free.
     """
-    probe = cycle.probe()
+    probe = cycle.probe(released=True)
     long = probe.reservation is not None and not is_short(job, probe.reservation, cycle.snap.now)
     chosen: list[Running] = []
-    freed = sum(cycle.free[i] for i in cycle.snap.cluster.by_type.get(job.accelerator, ()))
+    freed = sum(probe.free[i] for i in cycle.snap.cluster.by_type.get(job.accelerator, ()))
     nodes = None
     for run in candidates:
         probe.release(run)
@@ -68,7 +69,4 @@ def place_after_release(cycle: Cycle, job: Job) -> tuple[int, ...] | None:
     """Where the job would fit once the jobs already told to stop are gone, if anywhere."""
     if not cycle.releasing:
         return None
-    probe = cycle.probe()
-    for run in cycle.releasing:
-        probe.release(run)
-    return place(probe, job, long=False)
+    return place(cycle.probe(released=True), job, long=False)

@@ -28,19 +28,21 @@ def capacity(cycle: Cycle, job: Job, long: bool = True) -> Reason:
     )
 
 
-def quota(cycle: Cycle, job: Job) -> Reason:
+def quota(cycle: Cycle, job: Job, free: int) -> Reason:
     held = cycle.held(job.project, job.accelerator)
     g = cycle.snap.guarantee_of(job.project, job.accelerator)
+    pool = "the pool is full" if free == 0 else f"only {free} are free (it needs {job.demand})"
     return Reason(
-        "quota",
-        f"project {job.project} holds {held} of its {g:g} {job.accelerator} and the pool is full",
+        "quota", f"project {job.project} holds {held} of its {g:g} {job.accelerator} and {pool}"
     )
 
 
 def blocked(cycle: Cycle, job: Job, long: bool = True) -> Reason:
-    """A job that neither fits nor can preempt: over its share, or simply no room."""
-    if not cycle.within_guarantee(job):
-        return quota(cycle, job)
+    """A job that neither fits nor can preempt: beyond its share with too little idle to
+    borrow (quota), or enough free accelerators but not in the shape it needs (capacity)."""
+    free = cycle.free_total(job.accelerator)
+    if free < job.demand and not cycle.within_guarantee(job):
+        return quota(cycle, job, free)
     return capacity(cycle, job, long)
 
 

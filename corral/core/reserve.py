@@ -15,24 +15,27 @@ from corral.core.model import Job, Running
 
 
 def plan_reservation(cycle: Cycle, job: Job) -> Reservation | None:
-    probe = cycle.probe()
+    probe = cycle.probe(released=True)  # what stopping jobs free is there by `now`
     due: float | None = cycle.snap.now
-    for run in _releases(cycle, job):
+    nodes = _place(probe, job)
+    runs = _releases(cycle, job)
+    while nodes is None:
+        run = next(runs, None)
+        if run is None:
+            return None
         probe.release(run)
-        due = run.expected_end() if not run.terminating and run.job.id not in cycle.victims else due
-        if not probe.may_fit(job, long=False):
-            continue
-        nodes = place(probe, job, long=False)
-        if nodes is not None:
-            return Reservation(job, nodes, due, _held(cycle, probe, job, nodes))
-    return None
+        due = run.expected_end()
+        nodes = _place(probe, job)
+    return Reservation(job, nodes, due, _held(cycle, probe, job, nodes))
+
+
+def _place(probe: Cycle, job: Job) -> tuple[int, ...] | None:
+    return place(probe, job, long=False) if probe.may_fit(job, long=False) else None
 
 
 def _releases(cycle: Cycle, job: Job) -> Iterator[Running]:
-    """Running jobs of the job's type, soonest to end first; jobs already stopping lead."""
+    """Running jobs of the job's type not stopping yet, soonest to end first."""
     accel = job.accelerator
-    yield from (r for r in cycle.releasing if r.job.accelerator == accel)
-    yield from (r for r in cycle.victims.values() if r.job.accelerator == accel)
     for run in cycle.snap.running_by_end:
         if run.job.accelerator == accel and not run.terminating and run.job.id not in cycle.victims:
             yield run

@@ -50,9 +50,17 @@ class Fair(Policy):
         heapq.heapify(heap)
         while heap:
             project = heapq.heappop(heap)[-1]
-            if not self._may_progress(cycle, project):
-                continue  # nothing of this project can start now: the rest get derived reasons
             queue = queues[project]
+            if not self._may_progress(cycle, project):
+                # Nothing of this project can start now: the rest get derived reasons. Its
+                # next job may still be the first blocked one within its guarantee, which
+                # holds the reservation (rule 6).
+                if within and cycle.reserver is None:
+                    job = queue.pop()
+                    if job.id not in seen and cycle.within_guarantee(job):
+                        seen.add(job.id)
+                        yield job
+                continue
             job = queue.pop()
             if job.id not in seen:
                 if within and not cycle.within_guarantee(job):

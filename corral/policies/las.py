@@ -60,7 +60,7 @@ class Las(RankPolicy):
         promoted = [j for j in pending.islice(first_later) if self.pending_rank(cycle, j) == 0]
         chosen = {j.id for j in promoted}
         zero = pending.islice(0, first_later)
-        yield from heapq.merge(zero, promoted, key=pending.key)
+        yield from heapq.merge(zero, promoted, key=_arrival)
         yield from (j for j in pending.islice(first_later) if j.id not in chosen)
 
     def wake_at(self, snap: Snapshot) -> float | None:
@@ -82,3 +82,8 @@ class Las(RankPolicy):
         if aged is not None:
             later.append(aged)
         return min(later) if later else None
+
+
+def _arrival(job: Job) -> tuple:
+    """Order inside a queue: first come, first served (the queue key without the level)."""
+    return (job.submit_time, job.name, job.id)
