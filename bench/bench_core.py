@@ -15,10 +15,11 @@ sizes 1, 2, 4, 8 (one worker) and 16, 32, 64 (2, 4, 8 workers x 8), submitted ov
 Each cycle is timed --repeat times on the same snapshot (decide is pure, so every repeat does
 the same work); min and median are printed.
 
-Admission decisions/s = (jobs started + pending jobs given an explicit reason) / cycle time:
-the pending jobs the cycle actually decided about. Jobs the cycle skips (nothing could change
-for them) get their reason derived on request instead; the "queue/s" figure counts the whole
-queue, for comparison. Targets: full cycle < 100 ms, >= 20,000 admission decisions/s.
+Admission decisions/s = pending jobs / (cycle time + time to give every job left pending its
+reason): every job in the queue decided, started or told why it waits. The cycle itself gives
+explicit reasons only to the jobs it starts or acts for (preempting, limits); the reason of a
+blocked job is derived on request from the cycle's final state, and that cost is included.
+Targets: full cycle < 100 ms, >= 20,000 admission decisions/s.
 """
 
 from __future__ import annotations
@@ -67,14 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"policy {args.policy}; {CLUSTER}; {PROJECTS} projects; {args.jobs} pending jobs")
 
     first = timed(snap, policy, args.repeat)
-    show("full cycle (empty cluster)", first, len(snap.pending))
-    all_reasons(snap, first[0])
+    show("full cycle (empty cluster)", first, snap)
     steady_state(snap, first[0], rng, args)
     second = timed(snap, policy, args.repeat)
     show(
         f"steady state (+{args.more} jobs, -{args.finish} running)",
         second,
-        len(snap.pending),
+        snap,
         targets=False,  # the targets are for the full cycle; this one does less work
     )
     return 0
@@ -137,16 +137,14 @@ def timed(snap: Snapshot, policy: Policy, repeat: int) -> tuple[Decision, list[f
     return decision, wall, cpu
 
 
-def all_reasons(snap: Snapshot, decision: Decision) -> None:
-    """What `corral queue` pays on top of the cycle: a reason for every job left pending."""
+def all_reasons(snap: Snapshot, decision: Decision) -> tuple[int, float]:
+    """Give every job left pending its reason, as `corral queue` does: (jobs, seconds)."""
     started = {s.job_id for s in decision.starts}
     waiting = [job for job_id, job in snap.pending.jobs.items() if job_id not in started]
     began = time.perf_counter()
     for job in waiting:
         decision.reason(job)
-    took = time.perf_counter() - began
-    n = len(waiting)
-    print(f"  reasons, all left  {took * 1e3:.1f} ms for {n} jobs ({n / took:,.0f}/s)")
+    return len(waiting), time.perf_counter() - began
 
 
 def steady_state(snap: Snapshot, decision: Decision, rng: random.Random, args) -> None:
@@ -165,26 +163,29 @@ def steady_state(snap: Snapshot, decision: Decision, rng: random.Random, args) -
 
 
 def show(
-    label: str, result: tuple[Decision, list[float], list[float]], queue: int, targets: bool = True
+    label: str,
+    result: tuple[Decision, list[float], list[float]],
+    snap: Snapshot,
+    targets: bool = True,
 ) -> None:
     decision, times, cpu = result
+    queue = len(snap.pending)
     best, median = min(times), statistics.median(times)
-    decided = len(decision.starts) + len(decision.reasons)
+    waiting, explain = all_reasons(snap, decision)
     print(f"\n{label}")
     print(f"  pending before     {queue}")
     print(f"  started            {len(decision.starts)}")
     print(f"  preempted          {len(decision.preemptions)}")
-    print(f"  explicit reasons   {len(decision.reasons)}")
     print(f"  cycle time         min {best * 1e3:.1f} ms, median {median * 1e3:.1f} ms (wall)")
     cpu_best, cpu_median = min(cpu), statistics.median(cpu)
     print(f"  cycle CPU time     min {cpu_best * 1e3:.1f} ms, median {cpu_median * 1e3:.1f} ms")
-    print(f"  decisions/s        {decided / best:,.0f} (at min), {decided / median:,.0f} (median)")
-    print(f"  queue/s            {queue / best:,.0f} (at min)")
+    print(f"  reasons of the rest {explain * 1e3:.1f} ms for {waiting} jobs")
+    rate = queue / (best + explain)
+    print(f"  decisions/s        {rate:,.0f} ({queue} jobs / (cycle + reasons), at min)")
     if not targets:
         return
-    meets = best * 1e3 < TARGET_MS and decided / best >= TARGET_RATE
+    meets = best * 1e3 < TARGET_MS and rate >= TARGET_RATE
     print(f"  targets            {'met' if meets else 'NOT met'} (< 100 ms, >= 20,000/s)")
-
 
 if __name__ == "__main__":
     sys.exit(main())

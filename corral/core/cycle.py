@@ -47,6 +47,7 @@ class Cycle:
         "_pristine",
         "scratch",
         "admitted",
+        "_after",
     )
 
     def __init__(self, snap: Snapshot, spread: bool = False):
@@ -64,6 +65,7 @@ class Cycle:
         self.releasing: list[Running] = []
         self.soon: Counter[int] = Counter()
         self.promised: Counter[int] = Counter()
+        self._after: Cycle | None = None  # the free map once they are gone (lazy)
         for run in snap.terminating.values():
             self._releasing(run)
         self.reserver: Job | None = None  # the blocked job the reservation is for (rule 6)
@@ -79,6 +81,8 @@ class Cycle:
     def probe(self, released: bool = False) -> Cycle:
         """A scratch copy of the free map for what-if placement (preemption, reservation);
         `released`: as it will be once the stopping jobs are gone and the promises kept."""
+        if released and self.releasing:
+            return self.after_release().probe()
         other = Cycle.__new__(Cycle)
         other.snap = self.snap
         other.spread = self.spread
@@ -92,16 +96,27 @@ class Cycle:
         other.reserver = self.reserver
         other.reservation = self.reservation
         other.decision = Decision()
-        other._hist, other._hist_long, other._domains = {}, {}, {}
+        other._hist = {a: list(h) for a, h in self._hist.items()}
+        other._hist_long = {a: list(h) for a, h in self._hist_long.items()}
+        other._domains = {a: index.copy() for a, index in self._domains.items()}
         other._pristine = self._pristine
         other.scratch = {}
         other.admitted = self.admitted
-        if released:
-            for run in self.releasing:
-                other.release(run)
-            for i, amount in self.promised.items():
-                other._take(i, amount)
+        other._after = None
         return other
+
+    def after_release(self) -> Cycle:
+        """The free map once the stopping jobs are gone and the jobs promised their room have
+        it. Kept up to date as the cycle goes on (read it, do not change it): many blocked
+        jobs look at it, and rebuilding it for each would cost O(stopping jobs) every time."""
+        if self._after is None:
+            after = self.probe()
+            for run in self.releasing:
+                after.release(run)
+            for i, amount in self.promised.items():
+                after._take(i, amount)
+            self._after = after
+        return self._after
 
     def release(self, run: Running) -> None:
         """What-if: give back a running job's accelerators (on a probe)."""
@@ -265,6 +280,8 @@ class Cycle:
     def admit(self, job: Job, nodes: tuple[int, ...]) -> None:
         self.admitted[job.accelerator] += job.demand
         self.occupy(job, nodes)
+        if self._after is not None:
+            self._after.occupy(job, nodes)
         self._add_usage(job.project, job.accelerator, job.demand)
         self.decision.starts.append(Start(job.id, self.snap.node_names(nodes)))
 
@@ -280,6 +297,8 @@ class Cycle:
 
     def _releasing(self, run: Running) -> None:
         self.releasing.append(run)
+        if self._after is not None:
+            self._after.release(run)
         for i in run.nodes:
             self.soon[i] += run.job.resources.per_worker
 
@@ -288,6 +307,8 @@ class Cycle:
         as taken, it takes what they release first and free accelerators for the rest, and an
         exclusive job's domains are closed, so no later job in the cycle leaves it short."""
         self._add_usage(job.project, job.accelerator, job.demand)
+        if self._after is not None:
+            self._after.occupy(job, nodes)
         per = job.resources.per_worker
         for i in nodes:
             self.node_jobs[i] += 1
@@ -305,3 +326,6 @@ class Cycle:
     def reserve(self, reservation: Reservation) -> None:
         self.reservation = reservation
         self._hist_long.clear()  # availability for long jobs changed
+        if self._after is not None:
+            self._after.reservation = reservation
+            self._after._hist_long.clear()

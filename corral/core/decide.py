@@ -72,10 +72,10 @@ def _consider(cycle: Cycle, policy: Policy, reserver: _Reserver, job: Job) -> No
     if found is not None:
         cycle.preempt(found.victims, found.nodes, job, found.why)
         return
-    why = _blocked(cycle, job)
     if cycle.reserver is None and policy.may_reserve(cycle, job):
         cycle.reserver = job
-    cycle.wait(job, why.code, why.message)
+    # Blocked: its reason (capacity, quota or reserved) is derived when asked for, from the
+    # cycle's final state, like the reasons of the jobs the policy did not need to examine.
 
 
 def _long(cycle: Cycle, job: Job) -> bool:
@@ -99,6 +99,6 @@ def _blocked(cycle: Cycle, job: Job):
 
 
 def _fallback(cycle: Cycle, job: Job):
-    """Reason for a job the cycle skipped because nothing could change for it."""
+    """Reason for a blocked job, or one the cycle skipped because nothing could change for it."""
     capped = reasons.limit(cycle, job)
-    return capped if capped is not None else reasons.blocked(cycle, job)
+    return capped if capped is not None else _blocked(cycle, job)

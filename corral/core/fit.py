@@ -9,8 +9,6 @@ looks at one domain, not all of them.
 
 from __future__ import annotations
 
-from bisect import bisect_left
-
 from corral.core.cycle import Cycle
 from corral.core.model import Job
 
@@ -70,16 +68,15 @@ def _candidate_domains(cycle: Cycle, job: Job, typed: dict):
         yield from typed
         return
     index = cycle.domains_by_free(r.accelerator)
+    size = r.per_worker * r.workers
     if cycle.spread:
-        for i in range(len(index) - 1, -1, -1):
-            free, domain = index[i]
-            if free < r.per_worker * r.workers:
+        for free, domain in index.irange(reverse=True):
+            if free < size:
                 return
             yield domain
         return
-    start = bisect_left(index, (r.per_worker * r.workers, ""))
-    for i in range(start, len(index)):
-        yield index[i][1]
+    for _, domain in index.irange((size, "")):
+        yield domain
 
 
 def _domain_open(cycle: Cycle, job: Job, domain: str, used_domains: set[str]) -> bool:

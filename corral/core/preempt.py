@@ -42,7 +42,7 @@ def find_victims(cycle: Cycle, job: Job, candidates: Iterable[Running]) -> Preem
     probe = cycle.probe(released=True)
     long = probe.reservation is not None and not is_short(job, probe.reservation, cycle.snap.now)
     chosen: list[Running] = []
-    freed = sum(probe.free[i] for i in cycle.snap.cluster.by_type.get(job.accelerator, ()))
+    freed = probe.free_total(job.accelerator)
     nodes = None
     for run in candidates:
         probe.release(run)
@@ -69,4 +69,4 @@ def place_after_release(cycle: Cycle, job: Job) -> tuple[int, ...] | None:
     """Where the job would fit once the jobs already told to stop are gone, if anywhere."""
     if not cycle.releasing:
         return None
-    return place(cycle.probe(released=True), job, long=False)
+    return place(cycle.after_release(), job, long=False)

@@ -156,7 +156,7 @@ class Fair(Policy):
     def _reclaim_bound(self, cycle: Cycle, job: Job) -> float:
         """Free accelerators plus all that other projects hold above their guarantees."""
         snap, accel = cycle.snap, job.accelerator
-        bound = float(sum(cycle.free[i] for i in snap.cluster.by_type.get(accel, ())))
+        bound = float(cycle.free_total(accel))
         for project in snap.running_by_project:
             if project != job.project:
                 bound += max(0.0, cycle.held(project, accel) - snap.guarantee_of(project, accel))

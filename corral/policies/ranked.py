@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Iterator
+from itertools import takewhile
 
 from corral.core.cycle import Cycle
 from corral.core.model import Job, Running
 from corral.core.policy import Policy
 from corral.core.preempt import Preemption, eligible, find_victims
+from corral.core.snapshot import shape_of
+
+INF = float("inf")
 
 
 class RankPolicy(Policy):
@@ -44,15 +48,32 @@ class RankPolicy(Policy):
         return (r for r in cycle.snap.running.values() if eligible(cycle, r, self.min_runtime))
 
     def victims(self, cycle: Cycle, job: Job) -> Preemption | None:
+        # Ranks are fixed within a cycle and capacity only shrinks as it goes on: a search that
+        # failed for a shape fails again for any job of that shape ranked no better.
+        failed = cycle.scratch.setdefault(f"{self.name}.failed", {})
+        shape = shape_of(job)
         rank = self.pending_rank(cycle, job)
-        ranked = [
-            (self.running_rank(cycle, r), r)
-            for r in self._runs(cycle)
-            if r.job.accelerator == job.accelerator
-        ]
-        worse = [(k, r) for k, r in ranked if k > rank]
-        worse.sort(key=lambda kr: (-kr[0], -kr[1].started_at, kr[1].job.id))
-        found = find_victims(cycle, job, (r for _, r in worse))
-        if found:
-            found.why = f"preempted by job {job.name} ({self.name}: {self.describe(rank)})"
+        if rank >= failed.get(shape, INF):
+            return None
+        ranked = takewhile(lambda kr: kr[0] > rank, self._ranked_running(cycle, job.accelerator))
+        found = find_victims(cycle, job, (r for _, r in ranked if r.job.id not in cycle.victims))
+        if found is None:
+            failed[shape] = min(rank, failed.get(shape, INF))
+            return None
+        found.why = f"preempted by job {job.name} ({self.name}: {self.describe(rank)})"
         return found
+
+    def _ranked_running(self, cycle: Cycle, accelerator: str) -> list[tuple[float, Running]]:
+        """Running jobs of a type that may be victims, worst rank first (then the most
+        recently started), computed once per cycle."""
+        cache = cycle.scratch.setdefault(f"{self.name}.ranked", {})
+        ranked = cache.get(accelerator)
+        if ranked is None:
+            ranked = [
+                (self.running_rank(cycle, r), r)
+                for r in self._runs(cycle)
+                if r.job.accelerator == accelerator
+            ]
+            ranked.sort(key=lambda kr: (-kr[0], -kr[1].started_at, kr[1].job.id))
+            cache[accelerator] = ranked
+        return ranked
