@@ -24,7 +24,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -64,6 +64,9 @@ COALESCE = 0.005
 # lock and the GIL from the API, and one per 20 ms decides a burst as well as one per submit.
 BURST_GAP = 0.02
 CHECKPOINT_INTERVAL = 1.0  # seconds between SQLite WAL checkpoints (store.checkpoint)
+
+
+Submission = tuple[Principal, JobSpec, bool]  # who, parsed spec, whether the name is automatic
 
 
 class Refused(Exception):
@@ -376,29 +379,101 @@ class ControlPlane:
 
     def submit(self, who: Principal, spec: JobSpec, auto_name: bool) -> JobRow:
         """Queue a parsed spec for `who`. Raises Refused with the status and a one-line reason."""
-        with self._lock:
-            row = self._new_row(who, spec, auto_name)
-            job = core_job(row)
-            self.snap.set_time(row.submitted_at)
-            why = self._check_admissible(self.snap, job)
-            if why:
-                self._record_reject(row.submitted_at, row, why)
-                raise Refused(422, why)
-            with self.store.tx() as tx:
-                tx.insert_job(row)
-                tx.event(
-                    row.submitted_at, "submit", row.id, row.project, name=row.name, user=row.user
-                )
-            self.seq = row.seq
-            self.snap.submit(job)
-            self.live[row.id] = row
-            self.names[row.name] = row.id
-        self.metrics.events.labels("submit").inc()
-        self._wake.set()
-        return row
+        result = self.submit_many([(who, spec, auto_name)])[0]
+        if isinstance(result, Refused):
+            raise result
+        return result
 
-    def _new_row(self, who: Principal, spec: JobSpec, auto_name: bool) -> JobRow:
-        """The job as it would be stored; Refused if `who` may not submit it."""
+    def submit_many(self, items: Sequence[Submission]) -> list[JobRow | Refused]:
+        """Queue several specs in ONE transaction (group commit); one result per item, in
+        order: the stored row, or Refused saying why that item was not.
+
+        Each item is checked as if it were submitted alone after the ones before it (ids,
+        name clashes), and all accepted jobs and recorded rejections are committed together
+        before any is answered: either all of them are in the store or none is. If that
+        commit fails, each item is retried on its own, so one bad item cannot sink the rest.
+        """
+        with self._lock:
+            results: list[JobRow | Refused] = []
+            accepted: list[tuple[JobRow, Job]] = []
+            rejected: list[tuple[JobRow, str]] = []
+            batch_names: dict[str, JobRow] = {}
+            seq = self.seq
+            for who, spec, auto_name in items:
+                try:
+                    row = self._new_row(who, spec, auto_name, seq + 1, batch_names)
+                except Refused as err:
+                    results.append(err)
+                    continue
+                job = core_job(row)
+                self.snap.set_time(row.submitted_at)
+                why = self._check_admissible(self.snap, job)
+                if why:
+                    rejected.append((row, why))
+                    results.append(Refused(422, why))
+                    continue
+                seq = row.seq
+                batch_names[row.name] = row
+                accepted.append((row, job))
+                results.append(row)
+            if not accepted and not rejected:
+                return results
+            try:
+                with self.store.tx() as tx:
+                    for row, _ in accepted:
+                        tx.insert_job(row)
+                        tx.event(
+                            row.submitted_at,
+                            "submit",
+                            row.id,
+                            row.project,
+                            name=row.name,
+                            user=row.user,
+                        )
+                    for row, why in rejected:
+                        tx.event(
+                            row.submitted_at,
+                            "reject",
+                            None,
+                            row.project,
+                            name=row.name,
+                            user=row.user,
+                            reason=why,
+                        )
+            except Exception:
+                if len(items) == 1:
+                    raise
+                log.exception("a batch of %d submissions failed; retrying one by one", len(items))
+                return [self._submit_alone(item) for item in items]
+            self.seq = seq
+            for row, job in accepted:
+                self.snap.submit(job)
+                self.live[row.id] = row
+                self.names[row.name] = row.id
+        if accepted:
+            self.metrics.events.labels("submit").inc(len(accepted))
+            self._wake.set()
+        if rejected:
+            self.metrics.events.labels("reject").inc(len(rejected))
+        return results
+
+    def _submit_alone(self, item: Submission) -> JobRow | Refused:
+        try:
+            return self.submit_many([item])[0]
+        except Exception as err:  # not Refused: a store failure for this item alone
+            log.exception("submission failed")
+            return Refused(500, f"the store could not record the job: {err}")
+
+    def _new_row(
+        self,
+        who: Principal,
+        spec: JobSpec,
+        auto_name: bool,
+        seq: int,
+        batch_names: dict[str, JobRow],
+    ) -> JobRow:
+        """The job as it would be stored with id j<seq>; Refused if `who` may not submit it.
+        `batch_names`: live names taken by jobs of the same batch, not yet in memory."""
         quota = self.quota
         if not quota.is_member(who.user, spec.project):
             mine = ", ".join(quota.projects_of(who.user)) or "none"
@@ -410,11 +485,15 @@ class ControlPlane:
             priority = quota.resolve_priority(spec.priority)
         except FormatError as err:
             raise Refused(422, str(err)) from None
-        seq = self.seq + 1  # taken only if the job is stored: ids stay dense
+        if not -(2**63) <= priority < 2**63:  # an SQLite integer
+            raise Refused(422, f"priority: {priority} is out of range (a 64-bit integer)")
+        # seq is taken only if the job is stored: ids stay dense
         if auto_name:
             spec = replace(spec, name=f"j{seq}")
-        if spec.name in self.names:
+        other = batch_names.get(spec.name)
+        if other is None and spec.name in self.names:
             other = self.live[self.names[spec.name]]
+        if other is not None:
             taken = f"name {spec.name!r} is taken by live job {other.id} ({other.state})"
             raise Refused(409, taken)
         now = time.time()
@@ -430,11 +509,6 @@ class ControlPlane:
             submitted_at=now,
             wait_since=now,
         )
-
-    def _record_reject(self, now: float, row: JobRow, why: str) -> None:
-        with self.store.tx() as tx:
-            tx.event(now, "reject", None, row.project, name=row.name, user=row.user, reason=why)
-        self.metrics.events.labels("reject").inc()
 
     def cancel(self, who: Principal, job_id: str) -> JobRow:
         with self._lock:

@@ -51,6 +51,11 @@ class Inventory:
     devices: dict[str, tuple[int, ...]]  # node -> its device indices
     used: dict[str, set[int]] = field(default_factory=dict)
 
+    @property
+    def types(self) -> list[str]:
+        """The accelerator types of the pool, sorted."""
+        return sorted({n.accelerator for n in self.nodes})
+
     def free(self) -> dict[str, set[int]]:
         return {n: set(d) - self.used.get(n, set()) for n, d in self.devices.items()}
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.formats.types import JobSpec, Resources
+from corral.server import fastjson
 
 LIVE_STATES = ("pending", "running")
 FINAL_STATES = ("succeeded", "failed", "cancelled")
@@ -202,13 +203,13 @@ def spec_to_json(spec: JobSpec) -> str:
         "max_runtime": spec.max_runtime,
         "kind": spec.kind,
     }
-    return json.dumps(data)
+    return fastjson.dumps(data)
 
 
 def spec_from_json(text: str) -> JobSpec:
     """Rebuild a spec that was validated when it was submitted: no second validation, so a
     stricter parser in a later version can never strand a job already in the store."""
-    data = json.loads(text)
+    data = fastjson.loads(text)
     command = data["command"]
     return JobSpec(
         name=data["name"],
@@ -293,7 +294,7 @@ class Tx:
     ) -> None:
         self._cur.execute(
             "INSERT INTO events (t, event, job, project, data) VALUES (?, ?, ?, ?, ?)",
-            (t, event, job, project, json.dumps(data, sort_keys=True)),
+            (t, event, job, project, fastjson.dumps(data, sort_keys=True)),
         )
 
     def insert_token(self, digest: str, user: str, admin: bool, now: float) -> None:

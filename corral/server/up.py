@@ -14,7 +14,7 @@ from pathlib import Path
 import uvicorn
 
 from corral.executors.local import LocalExecutor
-from corral.server.api import create_app
+from corral.server.api import create_asgi
 from corral.server.auth import write_admin_token
 from corral.server.controlplane import ControlPlane
 from corral.server.inventory import local_inventory
@@ -91,11 +91,15 @@ class Server:
         self.token_path = settings.state_dir / "admin.token"
         self.new_token = write_admin_token(self.cp.tokens, self.token_path)
         config = uvicorn.Config(
-            create_app(self.cp),
+            create_asgi(self.cp),
             host=settings.host,
             port=settings.port,
             log_level="warning",
             access_log=False,
+            # The API binds to loopback, or sits behind a TLS proxy whose X-Forwarded-* it
+            # has no use for: skip the per-request header rewriting.
+            proxy_headers=False,
+            server_header=False,
             timeout_graceful_shutdown=5,
         )
         self.http = uvicorn.Server(config)
