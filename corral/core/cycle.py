@@ -9,6 +9,7 @@ cannot possibly fit without walking the nodes.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from sortedcontainers import SortedList
@@ -47,6 +48,7 @@ class Cycle:
         "_pristine",
         "scratch",
         "admitted",
+        "started",
         "_after",
     )
 
@@ -77,6 +79,7 @@ class Cycle:
         self._pristine = True  # free map still equals the snapshot's: reuse its histograms
         self.scratch: dict[str, object] = {}  # per-cycle memo of policies
         self.admitted: Counter[str] = Counter()  # accelerators started by this cycle, per type
+        self.started: list[Running] = []  # jobs this cycle starts
 
     def probe(self, released: bool = False) -> Cycle:
         """A scratch copy of the free map for what-if placement (preemption, reservation);
@@ -102,6 +105,7 @@ class Cycle:
         other._pristine = self._pristine
         other.scratch = {}
         other.admitted = self.admitted
+        other.started = []
         other._after = None
         return other
 
@@ -284,6 +288,15 @@ class Cycle:
             self._after.occupy(job, nodes)
         self._add_usage(job.project, job.accelerator, job.demand)
         self.decision.starts.append(Start(job.id, self.snap.node_names(nodes)))
+        self.started.append(Running(job, nodes, self.snap.now))
+
+    def running_after(self) -> Iterator[Running]:
+        """The jobs that run once this cycle's decision is applied."""
+        victims = self.victims
+        for run in self.snap.running.values():
+            if not run.terminating and run.job.id not in victims:
+                yield run
+        yield from self.started
 
     def preempt(self, victims: list[Running], nodes: tuple[int, ...], preemptor: Job, why: str):
         for run in victims:

@@ -46,7 +46,8 @@ def decide(snap: Snapshot, policy: Policy) -> Decision:
         _consider(cycle, policy, reserver, job)
     decision = cycle.decision
     decision.fallback = lambda job: _fallback(cycle, job)
-    decision.wake_at = policy.wake_at(snap)
+    decision.wake_at = policy.wake_at(cycle)
+    decision.arrival_may_act = lambda job: _arrival_may_act(cycle, policy, reserver, job)
     return decision
 
 
@@ -88,6 +89,12 @@ def _fit(cycle: Cycle, job: Job) -> tuple[int, ...] | None:
     if not cycle.may_fit(job, long) or not cycle.under_cap(job):
         return None
     return place(cycle, job, long)
+
+
+def _arrival_may_act(cycle: Cycle, policy: Policy, reserver: _Reserver, job: Job) -> bool:
+    """Might a new job fit in what this cycle left free (reserved capacity aside), or preempt?"""
+    reserver.before_admitting(cycle)  # the reservation the next cycle would hold
+    return cycle.may_fit(job, _long(cycle, job)) or policy.may_preempt_for(cycle, job)
 
 
 def _blocked(cycle: Cycle, job: Job):

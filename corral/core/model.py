@@ -75,6 +75,10 @@ class Decision:
     # reason is derived on request: one cycle then costs O(changes), not O(queue).
     fallback: Callable[[Job], Reason] | None = None
     wake_at: float | None = None  # the decision may change at this time even with no event
+    # Could a job arriving after this decision (its starts applied, nothing else changed) start
+    # or preempt now? When no arrival could, a driver may skip the cycle the arrivals would run.
+    # None: assume it could.
+    arrival_may_act: Callable[[Job], bool] | None = None
 
     def reason(self, job: Job) -> Reason:
         found = self.reasons.get(job.id)

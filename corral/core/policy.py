@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from corral.core.cycle import Cycle
 from corral.core.model import Job
 from corral.core.preempt import Preemption
-from corral.core.snapshot import Snapshot, default_queue_key
+from corral.core.snapshot import default_queue_key
 from corral.formats.types import SchedulerConfig
 
 
@@ -42,14 +42,21 @@ class Policy:
         """Running jobs to preempt so that `job` fits, with the reason; None: no preemption."""
         return None
 
+    def may_preempt_for(self, cycle: Cycle, job: Job) -> bool:
+        """After `cycle`, might a job that just arrived preempt something? A cheap necessary
+        condition: False lets a driver skip the cycle for an arrival that cannot fit either.
+        Policies that preempt must override it."""
+        return self.preemptive
+
     def may_reserve(self, cycle: Cycle, job: Job) -> bool:
         """May this blocked job hold a reservation (only the first such job gets one)?"""
         return False
 
-    def wake_at(self, snap: Snapshot) -> float | None:
-        """A time at which the decision may change even if nothing happens: here, when a
-        running job becomes old enough (preempt_min_runtime) to be a victim."""
+    def wake_at(self, cycle: Cycle) -> float | None:
+        """A time at which the decision may change even if nothing happens: here, when a job
+        running after this cycle becomes old enough (preempt_min_runtime) to be a victim."""
+        snap = cycle.snap
         if not self.preemptive or self.min_runtime <= 0 or not len(snap.pending):
             return None
-        ages = (r.started_at + self.min_runtime for r in snap.running.values() if r.job.preemptible)
+        ages = (r.started_at + self.min_runtime for r in cycle.running_after() if r.job.preemptible)
         return min((t for t in ages if t > snap.now), default=None)

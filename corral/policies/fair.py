@@ -98,10 +98,19 @@ class Fair(Policy):
         )
 
     def _may_reclaim(self, cycle: Cycle, project: str) -> bool:
+        """Might a job of the project reclaim now: in the first pass, within its guarantee,
+        of a shape whose reclaim has not failed yet, with another project above its own?"""
+        if not cycle.scratch.get("fair.reclaim"):
+            return False
         snap = cycle.snap
-        for accel, per_worker, workers in snap.pending.demand.get(project, ()):
-            need = per_worker * workers
-            if cycle.held(project, accel) + need > snap.guarantee_of(project, accel) + 1e-9:
+        failed = cycle.scratch.get("fair.reclaim_failed", ())
+        for shape in snap.pending.demand.get(project, ()):
+            accel, per_worker, workers = shape
+            if (project, shape) in failed:
+                continue
+            if cycle.held(project, accel) + per_worker * workers > snap.guarantee_of(
+                project, accel
+            ) + 1e-9:
                 continue
             for other in snap.running_by_project:
                 if other != project and cycle.ratio(other, accel) > 1.0:
@@ -116,6 +125,11 @@ class Fair(Policy):
         top = max((jobs[0].priority for jobs in users.values()), default=None)
         return top is not None and top > min(running)
 
+    def may_preempt_for(self, cycle: Cycle, job: Job) -> bool:
+        reclaim = cycle.within_guarantee(job) and self._reclaim_bound(cycle, job) >= job.demand
+        running = cycle.snap.running_priorities.get(job.project)
+        return reclaim or (bool(running) and job.priority > min(running))
+
     def may_reserve(self, cycle: Cycle, job: Job) -> bool:
         """Within the guarantee: the job alone fits in it and the project is not borrowing.
         (Its own running jobs may be what it waits for, so they are not added to it.)"""
@@ -123,20 +137,14 @@ class Fair(Policy):
         return job.demand <= g and cycle.held(job.project, job.accelerator) <= g
 
     def victims(self, cycle: Cycle, job: Job) -> Preemption | None:
-        # A search that failed for this project and shape fails again later in the cycle:
-        # capacity and candidates only shrink as the cycle goes on.
-        failed = cycle.scratch.setdefault("fair.failed", set())
-        attempt = (job.project, shape_of(job), job.priority)
-        if attempt in failed:
-            return None
-        found = self._search(cycle, job)
-        if found is None:
-            failed.add(attempt)
-        return found
-
-    def _search(self, cycle: Cycle, job: Job) -> Preemption | None:
+        # A search that failed for a project and shape (reclaim), or also priority (outrank),
+        # fails again later in the cycle: capacity and candidates only shrink as it goes on.
+        shape = shape_of(job)
+        scratch = cycle.scratch
+        reclaim_failed = scratch.setdefault("fair.reclaim_failed", set())
         if (
-            cycle.scratch.get("fair.reclaim")
+            scratch.get("fair.reclaim")
+            and (job.project, shape) not in reclaim_failed
             and cycle.within_guarantee(job)
             and self._reclaim_bound(cycle, job) >= job.demand
         ):
@@ -147,10 +155,17 @@ class Fair(Policy):
                     " (within its guarantee; the victim's project is above its own)"
                 )
                 return found
-        found = find_victims(cycle, job, self._outranked(cycle, job))
+            reclaim_failed.add((job.project, shape))
+        outrank_failed = scratch.setdefault("fair.outrank_failed", set())
+        attempt = (job.project, shape, job.priority)
+        if attempt in outrank_failed:
+            return None
+        outranked = self._outranked(cycle, job)
+        found = find_victims(cycle, job, outranked) if outranked else None
         if found and self._swap_allowed(cycle, job, found.victims):
             found.why = f"preempted by higher-priority job {job.name} of project {job.project}"
             return found
+        outrank_failed.add(attempt)
         return None
 
     def _reclaim_bound(self, cycle: Cycle, job: Job) -> float:

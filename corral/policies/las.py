@@ -17,7 +17,6 @@ from collections.abc import Iterator
 
 from corral.core.cycle import Cycle
 from corral.core.model import Job, Running
-from corral.core.snapshot import Snapshot
 from corral.policies.ranked import RankPolicy
 
 
@@ -63,10 +62,11 @@ class Las(RankPolicy):
         yield from heapq.merge(zero, promoted, key=_arrival)
         yield from (j for j in pending.islice(first_later) if j.id not in chosen)
 
-    def wake_at(self, snap: Snapshot) -> float | None:
+    def wake_at(self, cycle: Cycle) -> float | None:
         """Next time a running job crosses a queue threshold, or a waiting job is promoted."""
+        snap = cycle.snap
         times = []
-        for run in snap.running.values():
+        for run in cycle.running_after():
             job = run.job
             level = self.level(job.attained)
             if level < len(self.thresholds) and job.demand:
@@ -78,7 +78,7 @@ class Las(RankPolicy):
             if promote is not None and promote > snap.now:
                 times.append(promote)
         later = [t for t in times if t > snap.now]
-        aged = super().wake_at(snap)
+        aged = super().wake_at(cycle)
         if aged is not None:
             later.append(aged)
         return min(later) if later else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Iterator
+from functools import partial
 from itertools import takewhile
 
 from corral.core.cycle import Cycle
@@ -43,6 +44,18 @@ class RankPolicy(Policy):
             if hopeless and (worst is None or self.pending_rank(cycle, job) >= worst):
                 return  # nothing fits, and no later job outranks any running job
             yield job
+
+    def may_preempt_for(self, cycle: Cycle, job: Job) -> bool:
+        # The worst rank running once the cycle's starts are applied: las ranks change only at
+        # the wake-ups it asks for, and srtf's only get better as jobs run, so it holds for
+        # every arrival until the next cycle (erring on the side of a cycle).
+        if "rank.after" not in cycle.scratch:
+            runs = (r for r in cycle.running_after() if eligible(cycle, r, self.min_runtime))
+            cycle.scratch["rank.after"] = max(
+                map(partial(self.running_rank, cycle), runs), default=None
+            )
+        worst = cycle.scratch["rank.after"]
+        return worst is not None and self.pending_rank(cycle, job) < worst
 
     def _runs(self, cycle: Cycle) -> Iterator[Running]:
         return (r for r in cycle.snap.running.values() if eligible(cycle, r, self.min_runtime))

@@ -2,6 +2,8 @@
 
 Event-driven by default: a cycle runs after each batch of arrivals and completions at one
 instant (and again at once while a decision preempts, since victims free capacity at once).
+An instant whose only events are arrivals that the last decision says can neither start nor
+preempt runs no cycle: its outcome would be the same.
 With `round_s`, cycles run only on multiples of the round, like Gavel or Blox. A preempted
 job keeps its progress (checkpointing), plus `restart_penalty` seconds on each resume.
 """
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 
 from corral.core.admission import check_admissible
 from corral.core.decide import decide
-from corral.core.model import Job
+from corral.core.model import Decision, Job
 from corral.core.policy import Policy
 from corral.core.snapshot import Snapshot
 from corral.formats.types import Node, Quota, ScenarioJob
@@ -75,6 +77,7 @@ class Simulator:
         self._queue: list[tuple[float, int, int, str, int]] = []
         self._seq = 0
         self._wakes: set[float] = set()
+        self._last: Decision | None = None  # the latest cycle's decision, its starts applied
         for sj in sorted(jobs, key=lambda sj: (sj.submit, sj.spec.name)):  # file order is no tie
             self._push(sj.submit, ARRIVE, sj.spec.name)
             self.jobs[sj.spec.name] = SimJob(job=_core_job(sj, quota), duration=sj.duration)
@@ -149,11 +152,13 @@ class Simulator:
             self._log(now, "reject", job, reason=why)
             return False, 1
         self.snap.submit(job)
-        return True, 0
+        # An arrival that can neither start nor preempt changes no decision: skip its cycle.
+        last = self._last
+        return last is None or last.arrival_may_act is None or last.arrival_may_act(job), 0
 
     def _schedule(self, now: float) -> None:
         for _ in range(MAX_CYCLES_PER_INSTANT):
-            decision = decide(self.snap, self.policy)
+            decision = self._last = decide(self.snap, self.policy)
             self.cycles += 1
             for start in decision.starts:
                 self._start(start.job_id, start.nodes, now)
