@@ -129,6 +129,8 @@ BAD_SPECS = [
     (GOOD | {"resources": {"accelerator": "gpu", "per_worker": 2, "workers": 3}}, "pool has 4"),
     (GOOD | {"colour": "blue"}, "colour"),
     (GOOD | {"priority": "urgent"}, "urgent"),
+    (GOOD | {"priority": 2**63}, "out of range"),
+    (GOOD | {"priority": 10**30}, "priority"),
     (GOOD | {"max_runtime": "soon"}, "max_runtime"),
     (GOOD | {"env": {"A": ["x"]}}, "env"),
     (GOOD | {"max_restarts": -1}, "max_restarts"),

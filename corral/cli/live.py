@@ -82,6 +82,9 @@ class Client:
     def post(self, path: str, body: Any = None) -> Any:
         return self.call("POST", path, json=body).json()
 
+    def delete(self, path: str) -> Any:
+        return self.call("DELETE", path).json()
+
 
 def _read_token(path: Path | None) -> str | None:
     if path is None:
@@ -611,6 +614,52 @@ def token_create(
         _print_json(data)
     else:
         typer.echo(data["token"])
+        # stderr: stdout stays the token alone, for `TOKEN=$(corral token create bob)`.
+        typer.echo(f"token id {data['id']} (corral token revoke {data['id']})", err=True)
+
+
+def _token_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table(box=None, header_style="bold")
+    for col in ("ID", "USER", "ADMIN", "CREATED"):
+        table.add_column(col)
+    for t in rows:
+        created = time.strftime("%Y-%m-%d %H:%M", time.localtime(t["created_at"]))
+        table.add_row(t["id"], t["user"], "yes" if t["admin"] else "-", created)
+    return table
+
+
+@token_app.command("list")
+def token_list(
+    url: UrlOpt = DEFAULT_URL,
+    token_file: TokenFileOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List tokens: id, user, admin, created (never the secrets: corral keeps only digests)."""
+    data = Client(url, token_file).get("/v1/tokens")
+    if as_json:
+        _print_json(data)
+    else:
+        _console().print(_token_table(data))
+
+
+@token_app.command("revoke")
+def token_revoke(
+    ref: Annotated[
+        str, typer.Argument(metavar="USER|TOKEN-ID", help="A token id (tok-...) or a user.")
+    ],
+    url: UrlOpt = DEFAULT_URL,
+    token_file: TokenFileOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Revoke one token by its id, or every token of USER. Refused from the next request on."""
+    from urllib.parse import quote
+
+    data = Client(url, token_file).delete(f"/v1/tokens/{quote(ref, safe='')}")
+    if as_json:
+        _print_json(data)
+        return
+    for t in data:
+        typer.echo(f"revoked {t['id']} ({t['user']}{', admin' if t['admin'] else ''})")
 
 
 # -- demo ------------------------------------------------------------------------------------------

@@ -19,8 +19,9 @@ from pydantic import BaseModel, Field
 from corral.formats.jobspec import parse_jobspec
 from corral.formats.types import FormatError
 from corral.server import fastjson
-from corral.server.auth import Principal
+from corral.server.auth import Principal, digest, token_id
 from corral.server.controlplane import ControlPlane, Refused, Submission
+from corral.server.store import TokenRow
 from corral.server.views import Views
 from corral.server.web import PAGE
 
@@ -82,9 +83,21 @@ class TokenRequest(BaseModel):
 
 
 class TokenCreated(BaseModel):
+    id: str
     user: str
     admin: bool
     token: str
+
+
+class TokenInfo(BaseModel):
+    id: str
+    user: str
+    admin: bool
+    created_at: float
+
+
+def _token_info(t: TokenRow) -> TokenInfo:
+    return TokenInfo(id=token_id(t.hash), user=t.user, admin=t.admin, created_at=t.created_at)
 
 
 class Refusal(BaseModel):
@@ -433,8 +446,36 @@ def create_app(cp: ControlPlane) -> FastAPI:
     def create_token(user: User, req: TokenRequest) -> TokenCreated:
         if not cp.is_admin(user):
             raise Refused(403, "only admins may create tokens")
-        return TokenCreated(
-            user=req.user, admin=req.admin, token=cp.tokens.create(req.user, req.admin)
-        )
+        token = cp.tokens.create(req.user, req.admin)
+        return TokenCreated(id=token_id(digest(token)), user=req.user, admin=req.admin, token=token)
+
+    @app.get("/v1/tokens", tags=["admin"], responses=_ERRORS)
+    def list_tokens(user: User) -> list[TokenInfo]:
+        if not cp.is_admin(user):
+            raise Refused(403, "only admins may list tokens")
+        return [_token_info(t) for t in cp.tokens.rows()]
+
+    @app.delete(
+        "/v1/tokens/{ref}",
+        tags=["admin"],
+        responses=_ERRORS,
+        description="Revoke a token by its id (`tok-...`, from GET /v1/tokens or at creation), "
+        "or every token of a user by the user's name. A revoked token is refused (401) from "
+        "the next request on. Refused (409) if no admin token would be left. Admins only.",
+    )
+    def revoke_token(user: User, ref: str) -> list[TokenInfo]:
+        if not cp.is_admin(user):
+            raise Refused(403, "only admins may revoke tokens")
+
+        def keeps_admin(left: list[TokenRow]) -> bool:
+            return any(cp.is_admin(Principal(t.user, t.admin)) for t in left)
+
+        try:
+            gone = cp.tokens.revoke(ref, keeps_admin)
+        except LookupError as err:
+            raise Refused(404, str(err.args[0])) from None
+        except ValueError as err:
+            raise Refused(409, str(err)) from None
+        return [_token_info(t) for t in gone]
 
     return app

@@ -12,12 +12,15 @@ import os
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from corral.server.store import Store
+from corral.server.store import Store, TokenRow
 
 TOKEN_PREFIX = "corral_"
+TOKEN_ID_PREFIX = "tok-"
+TOKEN_ID_HEX = 12
 ADMIN_USER = "admin"
 
 
@@ -35,12 +38,25 @@ def digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-class TokenBook:
-    """Tokens cached in memory (the API checks one per request); the store is the truth."""
+def token_id(digest_hex: str) -> str:
+    """A token's public name, for listing and revoking: a prefix of its SHA-256 (which says
+    nothing usable about a 256-bit random secret)."""
+    return TOKEN_ID_PREFIX + digest_hex[:TOKEN_ID_HEX]
 
-    def __init__(self, store: Store):
+
+class TokenBook:
+    """Tokens cached in memory (the API checks one per request); the store is the truth.
+
+    Writes take `write_lock` (the control plane's lock): the store has one writer
+    connection, and a transaction must never interleave with another thread's. The cache is
+    replaced before create or revoke returns, so a revoked token is refused from the very
+    next request on.
+    """
+
+    def __init__(self, store: Store, write_lock: threading.RLock | None = None):
         self._store = store
         self._lock = threading.Lock()
+        self._write_lock = write_lock or threading.RLock()
         self._by_hash: dict[str, Principal] = {}
         self.reload()
 
@@ -64,10 +80,40 @@ class TokenBook:
 
     def create(self, user: str, admin: bool) -> str:
         token = new_token()
-        with self._store.tx() as tx:
-            tx.insert_token(digest(token), user, admin, time.time())
-        self.reload()
+        with self._write_lock:
+            with self._store.tx() as tx:
+                tx.insert_token(digest(token), user, admin, time.time())
+            self.reload()
         return token
+
+    def rows(self) -> list[TokenRow]:
+        return self._store.tokens()
+
+    def revoke(
+        self, ref: str, keeps_admin: Callable[[list[TokenRow]], bool] | None = None
+    ) -> list[TokenRow]:
+        """Delete the token whose id is `ref`, or else every token of the user `ref`.
+
+        Returns what was revoked; raises LookupError if nothing matches, and ValueError if
+        `keeps_admin` says the tokens left would let no admin in (revoking the last admin
+        token would lock everyone out of the admin API: create another one first).
+        """
+        with self._write_lock:
+            rows = self._store.tokens()
+            hit = [t for t in rows if token_id(t.hash) == ref] or [t for t in rows if t.user == ref]
+            if not hit:
+                raise LookupError(f"no token with id {ref!r} and no tokens of a user {ref!r}")
+            gone = {t.hash for t in hit}
+            left = [t for t in rows if t.hash not in gone]
+            if keeps_admin is not None and not keeps_admin(left):
+                raise ValueError(
+                    f"revoking {ref!r} would leave no admin token; create another admin token"
+                    " first (corral token create NAME --admin)"
+                )
+            with self._store.tx() as tx:
+                tx.delete_tokens(sorted(gone))
+            self.reload()
+        return hit
 
 
 def write_admin_token(book: TokenBook, path: Path) -> str | None:

@@ -182,7 +182,8 @@ class ControlPlane:
         check_admissible: Callable[[Snapshot, Job], str | None],
     ):
         self.store = store
-        self.tokens = TokenBook(store)
+        self._lock = threading.RLock()
+        self.tokens = TokenBook(store, self._lock)
         self.executor = executor
         self.inventory = inventory
         self.quota_source = quota
@@ -192,7 +193,6 @@ class ControlPlane:
         self._check_admissible = check_admissible
         self.policy = load_policy(self.quota.scheduler)
         self.metrics = Metrics(store.counts_by_state, self._usage)
-        self._lock = threading.RLock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None

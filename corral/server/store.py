@@ -166,6 +166,7 @@ class TokenRow:
     hash: str
     user: str
     admin: bool
+    created_at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,6 +303,9 @@ class Tx:
             "INSERT INTO tokens (hash, user, admin, created_at) VALUES (?, ?, ?, ?)",
             (digest, user, int(admin), now),
         )
+
+    def delete_tokens(self, digests: Sequence[str]) -> None:
+        self._cur.executemany("DELETE FROM tokens WHERE hash = ?", [(d,) for d in digests])
 
 
 # -- the store -----------------------------------------------------------------------------------
@@ -458,5 +462,7 @@ class Store:
         ]
 
     def tokens(self) -> list[TokenRow]:
-        rows = self._read().execute("SELECT hash, user, admin FROM tokens")
-        return [TokenRow(r["hash"], r["user"], bool(r["admin"])) for r in rows]
+        rows = self._read().execute(
+            "SELECT hash, user, admin, created_at FROM tokens ORDER BY created_at"
+        )
+        return [TokenRow(r["hash"], r["user"], bool(r["admin"]), r["created_at"]) for r in rows]
