@@ -41,6 +41,12 @@ def find_victims(cycle: Cycle, job: Job, candidates: Iterable[Running]) -> Preem
     """
     probe = cycle.probe(released=True)
     long = probe.reservation is not None and not is_short(job, probe.reservation, cycle.snap.now)
+    if job.resources.per_worker > 1 or job.resources.gang > 1:
+        # Walking the candidates one by one costs a probe step each: first see whether all
+        # of them together could free enough worker-sized blocks at all.
+        candidates = list(candidates)
+        if not _enough_blocks(probe, job, candidates):
+            return None
     chosen: list[Running] = []
     freed = probe.free_total(job.accelerator)
     nodes = None
@@ -63,6 +69,21 @@ def find_victims(cycle: Cycle, job: Job, candidates: Iterable[Running]) -> Preem
         else:
             probe.release(run)
     return Preemption(chosen, nodes)
+
+
+def _enough_blocks(probe: Cycle, job: Job, candidates: list[Running]) -> bool:
+    """Would freeing every candidate leave at least one block of per_worker per worker?"""
+    per = job.resources.per_worker
+    extra: dict[int, int] = {}
+    for run in candidates:
+        for i in run.nodes:
+            extra[i] = extra.get(i, 0) + run.job.resources.per_worker
+    hist = probe._histogram(job.accelerator, False)
+    blocks = sum(n * (k // per) for k, n in enumerate(hist))
+    free = probe.free
+    for i, more in extra.items():
+        blocks += (free[i] + more) // per - free[i] // per
+    return blocks >= job.resources.gang
 
 
 def place_after_release(cycle: Cycle, job: Job) -> tuple[int, ...] | None:

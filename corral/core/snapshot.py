@@ -24,6 +24,11 @@ def default_queue_key(job: Job) -> tuple:
     return (-job.priority, job.submit_time, job.name, job.id)
 
 
+def victim_order(run: Running) -> tuple:
+    """Lowest priority first, then most recently started (DESIGN.md section 3.7)."""
+    return (run.job.priority, -run.started_at, run.job.id)
+
+
 def _end_key(run: Running) -> tuple:
     end = run.expected_end()
     return (end is None, end or 0.0, run.started_at, run.job.id)
@@ -172,7 +177,9 @@ class Snapshot:
         self.terminating: dict[str, Running] = {}
         self.exclusive_domains: dict[str, str] = {}  # domain -> job id holding it alone
         self.running: dict[str, Running] = {}
-        self.running_by_project: dict[str, dict[str, Running]] = defaultdict(dict)
+        # accelerator -> project -> its preemptible running jobs in victim order (lowest
+        # priority, then most recently started, first): candidates without sorting per cycle.
+        self.preemptible: dict[str, dict[str, SortedKeyList]] = defaultdict(dict)
         # Running jobs by when they will end at the latest (declared max_runtime), unknown ends
         # last and oldest first: the order in which a reservation expects capacity back.
         self.running_by_end = SortedKeyList(key=_end_key)
@@ -244,10 +251,11 @@ class Snapshot:
         self.in_use[job.accelerator] += job.demand
         run = Running(job=job, nodes=where, started_at=now)
         self.running[job.id] = run
-        self.running_by_project[job.project][job.id] = run
         self.running_by_end.add(run)
         if job.preemptible:
             self.running_priorities[job.project][job.priority] += 1
+            by_project = self.preemptible[job.accelerator]
+            by_project.setdefault(job.project, SortedKeyList(key=victim_order)).add(run)
         return run
 
     def stop(self, job_id: str) -> Running:
@@ -255,15 +263,13 @@ class Snapshot:
         run = self.running.pop(job_id)
         self.running_by_end.remove(run)
         job = run.job
-        by_project = self.running_by_project[job.project]
-        del by_project[job_id]
-        if not by_project:
-            del self.running_by_project[job.project]
         if job.preemptible:
-            prios = self.running_priorities[job.project]
-            prios[job.priority] -= 1
-            if not prios[job.priority]:
-                del prios[job.priority]
+            _decrement(self.running_priorities[job.project], job.priority)
+            by_project = self.preemptible[job.accelerator]
+            runs = by_project[job.project]
+            runs.remove(run)
+            if not runs:
+                del by_project[job.project]
         per = job.resources.per_worker
         self.terminating.pop(job_id, None)
         for i in run.nodes:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 from collections.abc import Iterator
+from itertools import takewhile
 
 from corral.core.cycle import Cycle
 from corral.core.model import Job, Running
@@ -112,7 +113,7 @@ class Fair(Policy):
                 project, accel
             ) + 1e-9:
                 continue
-            for other in snap.running_by_project:
+            for other in snap.preemptible.get(accel, ()):
                 if other != project and cycle.ratio(other, accel) > 1.0:
                     return True
         return False
@@ -172,7 +173,7 @@ class Fair(Policy):
         """Free accelerators plus all that other projects hold above their guarantees."""
         snap, accel = cycle.snap, job.accelerator
         bound = float(cycle.free_total(accel))
-        for project in snap.running_by_project:
+        for project in snap.preemptible.get(accel, ()):
             if project != job.project:
                 bound += max(0.0, cycle.held(project, accel) - snap.guarantee_of(project, accel))
         return bound
@@ -181,37 +182,37 @@ class Fair(Policy):
         """Jobs of over-guarantee projects: most over-served project first, then lowest
         priority, then most recently started; never taking a project below its guarantee."""
         snap, accel = cycle.snap, job.accelerator
-        pools: dict[str, list[Running]] = {}
-        held: Counter[str] = Counter()
-        for project, runs in sorted(snap.running_by_project.items()):
-            if project == job.project or cycle.ratio(project, accel) <= 1.0:
-                continue
-            candidates = [r for r in runs.values() if self._candidate(cycle, r, accel)]
-            if candidates:
-                candidates.sort(key=_victim_order, reverse=True)  # pop() takes the first victim
-                pools[project] = candidates
+        pools: dict[str, Iterator[Running]] = {}
+        held: dict[str, float] = {}
+        for project, runs in snap.preemptible.get(accel, {}).items():
+            if project != job.project and cycle.ratio(project, accel) > 1.0:
+                pools[project] = iter(runs)
                 held[project] = cycle.held(project, accel)
         while pools:
             project = max(pools, key=lambda p: (_ratio(held[p], snap.guarantee_of(p, accel)), p))
-            run = _take_above(pools[project], held[project], snap.guarantee_of(project, accel))
-            if run is None or not pools[project]:
+            floor = snap.guarantee_of(project, accel) - 1e-9
+            # Held only shrinks: a job skipped as too big to lose stays so.
+            run = next(
+                (
+                    r
+                    for r in pools[project]
+                    if held[project] - r.job.demand >= floor and self._eligible(cycle, r)
+                ),
+                None,
+            )
+            if run is None:
                 del pools[project]
-            if run is not None:
+            else:
                 held[project] -= run.job.demand
                 yield run
 
     def _outranked(self, cycle: Cycle, job: Job) -> list[Running]:
-        runs = cycle.snap.running_by_project.get(job.project, {}).values()
-        found = [
-            r
-            for r in runs
-            if r.job.priority < job.priority and self._candidate(cycle, r, job.accelerator)
-        ]
-        found.sort(key=_victim_order)
-        return found
+        runs = cycle.snap.preemptible.get(job.accelerator, {}).get(job.project, ())
+        lower = takewhile(lambda r: r.job.priority < job.priority, runs)
+        return [r for r in lower if self._eligible(cycle, r)]
 
-    def _candidate(self, cycle: Cycle, run: Running, accel: str) -> bool:
-        return run.job.accelerator == accel and eligible(cycle, run, self.min_runtime)
+    def _eligible(self, cycle: Cycle, run: Running) -> bool:
+        return eligible(cycle, run, self.min_runtime)
 
     def _swap_allowed(self, cycle: Cycle, job: Job, victims: list[Running]) -> bool:
         freed = sum(r.job.demand for r in victims)
@@ -221,21 +222,8 @@ class Fair(Policy):
         )
 
 
-def _victim_order(run: Running) -> tuple:
-    """Lowest priority first, then most recently started."""
-    return (run.job.priority, -run.started_at, run.job.id)
-
-
 def _ratio(held: float, guarantee: float) -> float:
     return held / guarantee if guarantee > 0 else INF
-
-
-def _take_above(pool: list[Running], held: int, guarantee: float) -> Running | None:
-    """Pop the first candidate (pool is reversed) whose loss keeps the project >= guarantee."""
-    for i in range(len(pool) - 1, -1, -1):
-        if held - pool[i].job.demand >= guarantee - 1e-9:
-            return pool.pop(i)
-    return None
 
 
 class _ProjectQueue:
