@@ -44,6 +44,7 @@ class Cycle:
         "decision",
         "_hist",
         "_hist_long",
+        "_blocks",
         "_domains",
         "_pristine",
         "scratch",
@@ -75,6 +76,7 @@ class Cycle:
         self.decision = Decision()
         self._hist: dict[str, list[int]] = {}
         self._hist_long: dict[str, list[int]] = {}
+        self._blocks: dict[tuple[str, int, bool], int] = {}
         self._domains: dict[str, SortedList] = {}
         self._pristine = True  # free map still equals the snapshot's: reuse its histograms
         self.scratch: dict[str, object] = {}  # per-cycle memo of policies
@@ -101,6 +103,7 @@ class Cycle:
         other.decision = Decision()
         other._hist = {a: list(h) for a, h in self._hist.items()}
         other._hist_long = {a: list(h) for a, h in self._hist_long.items()}
+        other._blocks = dict(self._blocks)
         other._domains = {a: index.copy() for a, index in self._domains.items()}
         other._pristine = self._pristine
         other.scratch = {}
@@ -219,13 +222,18 @@ class Cycle:
         return self.may_fit_shape(r.accelerator, r.per_worker, r.gang, long)
 
     def may_fit_shape(self, accelerator: str, per_worker: int, workers: int, long: bool) -> bool:
-        hist = self._histogram(accelerator, long)
-        blocks = 0
-        for k in range(per_worker, len(hist)):
-            blocks += hist[k] * (k // per_worker)
-            if blocks >= workers:
-                return True
-        return False
+        return self.blocks(accelerator, per_worker, long) >= workers
+
+    def blocks(self, accelerator: str, per_worker: int, long: bool = True) -> int:
+        """Free per_worker-sized blocks of a type, over all nodes (cached until a change:
+        policies ask this for every project and shape, and most asks see no change)."""
+        key = (accelerator, per_worker, long and self.reservation is not None)
+        found = self._blocks.get(key)
+        if found is None:
+            hist = self._histogram(accelerator, long)
+            found = sum(hist[k] * (k // per_worker) for k in range(per_worker, len(hist)))
+            self._blocks[key] = found
+        return found
 
     def may_fit_project(self, project: str) -> bool:
         """Could any pending job of the project fit in what is free now?"""
@@ -253,6 +261,7 @@ class Cycle:
     def _take(self, node: int, amount: int) -> None:
         """Move `amount` accelerators of a node between free and used, keeping the indexes."""
         self._pristine = False
+        self._blocks.clear()
         cluster = self.snap.cluster
         accel = cluster.nodes[node].accelerator
         index = self._domains.get(accel)
@@ -339,6 +348,6 @@ class Cycle:
     def reserve(self, reservation: Reservation) -> None:
         self.reservation = reservation
         self._hist_long.clear()  # availability for long jobs changed
+        self._blocks.clear()
         if self._after is not None:
-            self._after.reservation = reservation
-            self._after._hist_long.clear()
+            self._after.reserve(reservation)

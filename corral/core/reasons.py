@@ -12,8 +12,7 @@ def _plural(n: int, word: str) -> str:
 
 def capacity(cycle: Cycle, job: Job, long: bool = True) -> Reason:
     r = job.resources
-    hist = cycle._histogram(r.accelerator, long)
-    blocks = sum(hist[k] * (k // r.per_worker) for k in range(r.per_worker, len(hist)))
+    blocks = cycle.blocks(r.accelerator, r.per_worker, long)
     where = " in one domain" if r.slices == 1 and len(cycle.snap.cluster.domains) > 1 else ""
     if r.slices > 1:
         where = f" ({r.slices} slices of {r.workers}, each in one domain)"

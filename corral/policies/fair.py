@@ -45,7 +45,7 @@ class Fair(Policy):
         queues = {
             p: _ProjectQueue(users)
             for p, users in by_user.items()
-            if not within or self._has_room(cycle, p)
+            if self._worth_a_look(cycle, p, within)
         }
         heap = [self._project_key(cycle, p, q.peek()) for p, q in queues.items()]
         heapq.heapify(heap)
@@ -71,6 +71,15 @@ class Fair(Policy):
             head = queue.peek()
             if head is not None:
                 heapq.heappush(heap, self._project_key(cycle, project, head))
+
+    def _worth_a_look(self, cycle: Cycle, project: str, within: bool) -> bool:
+        """May the project's jobs do anything in this pass? (What it may do only shrinks as
+        the pass goes on, so a project left out now would be skipped later anyway.)"""
+        if not within:
+            return self._may_progress(cycle, project)
+        if not self._has_room(cycle, project):
+            return False
+        return cycle.reserver is None or self._may_progress(cycle, project)
 
     def _has_room(self, cycle: Cycle, project: str) -> bool:
         """Does some pending job of the project fit within its guarantee?"""
@@ -122,9 +131,14 @@ class Fair(Policy):
         running = cycle.snap.running_priorities.get(project)
         if not running:
             return False
-        users = cycle.snap.pending.by_user.get(project, {})
-        top = max((jobs[0].priority for jobs in users.values()), default=None)
-        return top is not None and top > min(running)
+        tops = cycle.scratch.get("fair.top")
+        if tops is None:  # each project's highest pending priority: fixed during a cycle
+            tops = cycle.scratch["fair.top"] = {}
+        top = tops.get(project)
+        if top is None:
+            users = cycle.snap.pending.by_user.get(project, {})
+            top = tops[project] = max(jobs[0].priority for jobs in users.values())
+        return top > min(running)
 
     def may_preempt_for(self, cycle: Cycle, job: Job) -> bool:
         reclaim = cycle.within_guarantee(job) and self._reclaim_bound(cycle, job) >= job.demand
