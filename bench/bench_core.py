@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     rng = random.Random(args.seed)
     policy = load_policy(SchedulerConfig(policy=args.policy))
-    snap = Snapshot(parse_cluster_shorthand(CLUSTER), make_quota(), queue_key=policy.queue_key)
+    snap = policy.snapshot(parse_cluster_shorthand(CLUSTER), make_quota())
     for job in make_jobs(rng, args.jobs, prefix="j", t0=0.0):
         snap.submit(job)
     print(f"policy {args.policy}; {CLUSTER}; {PROJECTS} projects; {args.jobs} pending jobs")
@@ -186,6 +186,7 @@ def show(
         return
     meets = best * 1e3 < TARGET_MS and rate >= TARGET_RATE
     print(f"  targets            {'met' if meets else 'NOT met'} (< 100 ms, >= 20,000/s)")
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from simkit import brief, events, load, preempted, run_checked, show, simulate, start_of, starts
 
-from corral.core.snapshot import Snapshot
 from corral.policies import load_policy
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -186,4 +185,4 @@ def test_examples_use_a_policy_that_loads():
     for name in ALL:
         scenario = load(EXAMPLES / name)
         policy = load_policy(scenario.quota.scheduler)
-        Snapshot(scenario.nodes, scenario.quota, queue_key=policy.queue_key)
+        policy.snapshot(scenario.nodes, scenario.quota)

@@ -751,7 +751,7 @@ def test_rule10_capacity_is_capped_by_total_resources():
 def _snap(shares: dict, node_list: list[Node], extra: str = "", **sched) -> tuple:
     q = parse_quota(quota(shares, extra=extra))
     policy = load_policy(q.scheduler)
-    return Snapshot(node_list, q, queue_key=policy.queue_key), policy
+    return policy.snapshot(node_list, q), policy
 
 
 def _job(name, project, per, workers=1, submit=0.0, accel="h100", **kw) -> Job:
@@ -809,7 +809,7 @@ def test_rule11_reserved_and_preempting_reasons():
 
     q = replace(q, scheduler=replace(q.scheduler, preempt_min_runtime=3600.0))
     policy = load_policy(q.scheduler)
-    snap = Snapshot(gpus, q, queue_key=policy.queue_key)
+    snap = policy.snapshot(gpus, q)
     _run(snap, _job("s1", "p2", 2, accel="gpu"), ["n0"])
     _run(snap, _job("s2", "p2", 2, accel="gpu"), ["n1"])
     _run(snap, _job("s3", "p2", 2, accel="gpu"), ["n1"])

@@ -164,8 +164,12 @@ class Cycle:
         return held / g
 
     def within_guarantee(self, job: Job) -> bool:
-        g = self.snap.guarantee_of(job.project, job.accelerator)
-        return self.held(job.project, job.accelerator) + job.demand <= g + 1e-9
+        return self.room_within(job.project, job.accelerator, job.demand)
+
+    def room_within(self, project: str, accelerator: str, amount: int) -> bool:
+        """Would `amount` more keep the project within its guarantee?"""
+        g = self.snap.guarantee_of(project, accelerator)
+        return self.held(project, accelerator) + amount <= g + 1e-9
 
     # -- free-capacity histograms ------------------------------------------------------------
 

@@ -8,13 +8,13 @@ an idea: `corral simulate --policy mymodule:MyPolicy`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from corral.core.cycle import Cycle
 from corral.core.model import Job
 from corral.core.preempt import Preemption
-from corral.core.snapshot import default_queue_key
-from corral.formats.types import SchedulerConfig
+from corral.core.snapshot import Snapshot, default_queue_key
+from corral.formats.types import Node, Quota, SchedulerConfig
 
 
 class Policy:
@@ -32,6 +32,15 @@ class Policy:
     def queue_key(self, job: Job) -> tuple:
         """Static sort key of a pending job; the snapshot keeps its queues sorted by it."""
         return default_queue_key(job)
+
+    def snapshot(self, nodes: Sequence[Node], quota: Quota) -> Snapshot:
+        """An empty snapshot whose indexes follow this policy's keys."""
+        return Snapshot(nodes, quota, queue_key=self.queue_key, revisit_at=self.revisit_at)
+
+    def revisit_at(self, job: Job) -> float | None:
+        """When a waiting job's rank changes by itself (None: never). Fixed while it waits;
+        the snapshot indexes pending jobs by it (see Las)."""
+        return None
 
     def order(self, cycle: Cycle) -> Iterator[Job]:
         """Pending jobs in the order they may be admitted. May stop early when nothing else

@@ -87,12 +87,26 @@ class Cluster:
 class PendingQueue:
     """Pending jobs kept sorted by the policy's static key: per project and user, and overall."""
 
-    __slots__ = ("key", "jobs", "all", "by_user", "by_shape", "demand", "bounded", "shapes")
+    __slots__ = (
+        "key",
+        "jobs",
+        "all",
+        "by_user",
+        "by_shape",
+        "demand",
+        "bounded",
+        "shapes",
+        "revisit_at",
+        "by_revisit",
+    )
 
-    def __init__(self, key: QueueKey):
+    def __init__(self, key: QueueKey, revisit_at: Callable[[Job], float | None] | None = None):
         self.key = key
         self.jobs: dict[str, Job] = {}
         self.all = SortedKeyList(key=key)
+        # Jobs whose rank changes at a time of their own (LAS promotion), by that time.
+        self.revisit_at = revisit_at
+        self.by_revisit = SortedKeyList(key=lambda job: (revisit_at(job), job.id))
         self.by_user: dict[str, dict[str, SortedKeyList]] = {}  # project -> user -> jobs
         self.by_shape: dict[tuple[str, int, int], SortedKeyList] = {}  # see core/order.py
         # project -> (accelerator, demand) -> count: lets a cycle see at once whether any of a
@@ -112,6 +126,8 @@ class PendingQueue:
             raise ValueError(f"job {job.id} is already pending")
         self.jobs[job.id] = job
         self.all.add(job)
+        if self.revisit_at is not None and self.revisit_at(job) is not None:
+            self.by_revisit.add(job)
         users = self.by_user.setdefault(job.project, {})
         users.setdefault(job.user, SortedKeyList(key=self.key)).add(job)
         shape = shape_of(job)
@@ -124,6 +140,8 @@ class PendingQueue:
     def remove(self, job_id: str) -> Job:
         job = self.jobs.pop(job_id)
         self.all.remove(job)
+        if self.revisit_at is not None and self.revisit_at(job) is not None:
+            self.by_revisit.remove(job)
         users = self.by_user[job.project]
         queue = users[job.user]
         queue.remove(job)
@@ -160,7 +178,13 @@ def _decrement(counter: Counter, key) -> None:
 class Snapshot:
     """Cluster, quota, pending and running jobs, and the time: everything `decide` reads."""
 
-    def __init__(self, nodes: Sequence[Node], quota: Quota, queue_key: QueueKey | None = None):
+    def __init__(
+        self,
+        nodes: Sequence[Node],
+        quota: Quota,
+        queue_key: QueueKey | None = None,
+        revisit_at: Callable[[Job], float | None] | None = None,
+    ):
         self.cluster = Cluster.build(nodes)
         self.quota = quota
         self.now = 0.0
@@ -185,7 +209,7 @@ class Snapshot:
         self.running_by_end = SortedKeyList(key=_end_key)
         # project -> priority -> preemptible running jobs: can a pending job outrank one?
         self.running_priorities: dict[str, Counter[int]] = defaultdict(Counter)
-        self.pending = PendingQueue(queue_key or default_queue_key)
+        self.pending = PendingQueue(queue_key or default_queue_key, revisit_at)
         self.usage: dict[str, Counter[str]] = defaultdict(Counter)  # project -> type -> held
         self.in_use: Counter[str] = Counter()  # type -> held by all projects
         self.capacity = self._capacity()

@@ -85,7 +85,7 @@ class Fair(Policy):
         """Does some pending job of the project fit within its guarantee?"""
         for accel, per_worker, workers in cycle.snap.pending.demand.get(project, ()):
             need = per_worker * workers
-            if cycle.held(project, accel) + need <= cycle.snap.guarantee_of(project, accel) + 1e-9:
+            if cycle.room_within(project, accel, need):
                 return True
         return False
 
@@ -118,9 +118,7 @@ class Fair(Policy):
             accel, per_worker, workers = shape
             if (project, shape) in failed:
                 continue
-            if cycle.held(project, accel) + per_worker * workers > snap.guarantee_of(
-                project, accel
-            ) + 1e-9:
+            if not cycle.room_within(project, accel, per_worker * workers):
                 continue
             for other in snap.preemptible.get(accel, ()):
                 if other != project and cycle.ratio(other, accel) > 1.0:

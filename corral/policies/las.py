@@ -34,13 +34,14 @@ class Las(RankPolicy):
     def queue_key(self, job: Job) -> tuple:
         return (self.level(job.attained), job.submit_time, job.name, job.id)
 
-    def _promote_at(self, job: Job) -> float | None:
-        if self.starve_factor <= 0 or job.run_time <= 0:
+    def revisit_at(self, job: Job) -> float | None:
+        """When a waiting job in a lower queue is promoted to queue 0 (None: never)."""
+        if self.starve_factor <= 0 or job.run_time <= 0 or self.level(job.attained) == 0:
             return None
         return job.wait_since + self.starve_factor * job.run_time
 
     def pending_rank(self, cycle: Cycle, job: Job) -> float:
-        promote = self._promote_at(job)
+        promote = self.revisit_at(job)
         if promote is not None and cycle.snap.now >= promote:
             return 0
         return self.level(job.attained)
@@ -54,35 +55,35 @@ class Las(RankPolicy):
 
     def ranked_pending(self, cycle: Cycle) -> Iterator[Job]:
         """Queue 0, with starving jobs promoted into it by submit time, then the rest."""
-        pending = cycle.snap.pending.all
-        first_later = pending.bisect_key_left((1,))
-        promoted = [j for j in pending.islice(first_later) if self.pending_rank(cycle, j) == 0]
+        pending = cycle.snap.pending
+        first_later = pending.all.bisect_key_left((1,))
+        due = pending.by_revisit.bisect_key_right((cycle.snap.now, "\uffff"))
+        promoted = sorted(pending.by_revisit.islice(0, due), key=_arrival)
         chosen = {j.id for j in promoted}
-        zero = pending.islice(0, first_later)
+        zero = pending.all.islice(0, first_later)
         yield from heapq.merge(zero, promoted, key=_arrival)
-        yield from (j for j in pending.islice(first_later) if j.id not in chosen)
+        yield from (j for j in pending.all.islice(first_later) if j.id not in chosen)
 
     def wake_at(self, cycle: Cycle) -> float | None:
         """Next time a running job crosses a queue threshold, or a waiting job is promoted."""
-        snap = cycle.snap
-        times = []
+        now = cycle.snap.now
+        later = []
+        thresholds, top = self.thresholds, len(self.thresholds)
         for run in cycle.running_after():
             job = run.job
-            level = self.level(job.attained)
-            if level < len(self.thresholds) and job.demand:
-                spent = run.started_at + (self.thresholds[level] - job.attained) / job.demand
-                times.append(spent)
-        pending = snap.pending.all
-        for job in pending.islice(pending.bisect_key_left((1,))):
-            promote = self._promote_at(job)
-            if promote is not None and promote > snap.now:
-                times.append(promote)
-        later = [t for t in times if t > snap.now]
+            level = bisect_right(thresholds, job.attained)
+            if level < top and job.demand:
+                crossing = run.started_at + (thresholds[level] - job.attained) / job.demand
+                if crossing > now:
+                    later.append(crossing)
+        waiting = cycle.snap.pending.by_revisit
+        i = waiting.bisect_key_right((now, "\uffff"))
+        if i < len(waiting):
+            later.append(self.revisit_at(waiting[i]))
         aged = super().wake_at(cycle)
         if aged is not None:
             later.append(aged)
         return min(later) if later else None
-
 
 def _arrival(job: Job) -> tuple:
     """Order inside a queue: first come, first served (the queue key without the level)."""

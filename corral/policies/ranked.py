@@ -35,15 +35,21 @@ class RankPolicy(Policy):
         yield from cycle.snap.pending.all
 
     def order(self, cycle: Cycle) -> Iterator[Job]:
-        worst = max((self.running_rank(cycle, r) for r in self._runs(cycle)), default=None)
         changed, hopeless = -1, False
         for job in self.ranked_pending(cycle):
             state = len(cycle.decision.starts) + len(cycle.decision.preemptions)
             if state != changed:
                 changed, hopeless = state, not cycle.may_fit_any()
-            if hopeless and (worst is None or self.pending_rank(cycle, job) >= worst):
-                return  # nothing fits, and no later job outranks any running job
+            if hopeless:
+                worst = self._worst(cycle)
+                if worst is None or self.pending_rank(cycle, job) >= worst:
+                    return  # nothing fits, and no later job outranks any running job
             yield job
+
+    def _worst(self, cycle: Cycle) -> float | None:
+        """The worst rank of a running job that may be a victim (victims taken included)."""
+        ranked = (self._ranked_running(cycle, accel) for accel in cycle.snap.cluster.by_type)
+        return max((r[0][0] for r in ranked if r), default=None)
 
     def may_preempt_for(self, cycle: Cycle, job: Job) -> bool:
         # The worst rank running once the cycle's starts are applied: las ranks change only at

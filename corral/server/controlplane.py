@@ -206,7 +206,7 @@ class ControlPlane:
         self.seq = store.max_seq()
         self._unlaunched: list[Launch] = []  # started in the store, to launch once unlocked
         self.decision = Decision()
-        self.snap = Snapshot(inventory.nodes, self.quota, queue_key=self.policy.queue_key)
+        self.snap = self.policy.snapshot(inventory.nodes, self.quota)
         self._recover()
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -355,7 +355,7 @@ class ControlPlane:
             self.executor.terminate(job_id, att.attempt, grace=self.quota.scheduler.preempt_grace)
 
     def _build_snapshot(self) -> Snapshot:
-        snap = Snapshot(self.inventory.nodes, self.quota, queue_key=self.policy.queue_key)
+        snap = self.policy.snapshot(self.inventory.nodes, self.quota)
         snap.set_time(time.time())
         for row in sorted(self.live.values(), key=lambda r: r.seq):
             snap.submit(core_job(row))

@@ -69,7 +69,7 @@ class Simulator:
     ):
         self.policy = policy
         self.options = options or SimOptions()
-        self.snap = Snapshot(nodes, quota, queue_key=policy.queue_key)
+        self.snap = policy.snapshot(nodes, quota)
         self.jobs: dict[str, SimJob] = {}
         self.events: list[dict] = []
         self.cycles = 0
