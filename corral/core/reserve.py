@@ -18,6 +18,7 @@ def plan_reservation(cycle: Cycle, job: Job) -> Reservation | None:
     probe = cycle.probe(released=True)  # what stopping jobs free is there by `now`
     due: float | None = cycle.snap.now
     nodes = _place(probe, job)
+    short = job.demand - probe.free_total(job.accelerator)  # no use placing before it is 0
     runs = _releases(cycle, job)
     while nodes is None:
         run = next(runs, None)
@@ -25,7 +26,9 @@ def plan_reservation(cycle: Cycle, job: Job) -> Reservation | None:
             return None
         probe.release(run)
         due = run.expected_end()
-        nodes = _place(probe, job)
+        short -= run.job.demand
+        if short <= 0:
+            nodes = _place(probe, job)
     return Reservation(job, nodes, due, _held(cycle, probe, job, nodes))
 
 
