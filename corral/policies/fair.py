@@ -52,25 +52,42 @@ class Fair(Policy):
         while heap:
             project = heapq.heappop(heap)[-1]
             queue = queues[project]
-            if not self._may_progress(cycle, project):
-                # Nothing of this project can start now: the rest get derived reasons. Its
-                # next job may still be the first blocked one within its guarantee, which
-                # holds the reservation (rule 6).
-                if within and cycle.reserver is None:
-                    job = queue.pop()
-                    if job.id not in seen and cycle.within_guarantee(job):
-                        seen.add(job.id)
-                        yield job
-                continue
+            progress = self._may_progress(cycle, project)
+            if not progress and cycle.reserver is not None:
+                continue  # nothing of this project can start now: the rest get derived reasons
             job = queue.pop()
             if job.id not in seen:
                 if within and not cycle.within_guarantee(job):
                     continue  # the project's first job beyond its guarantee ends its pass
-                seen.add(job.id)
-                yield job
+                # A job that can do nothing now is passed over (its reason is derived), unless
+                # it is the first blocked one allowed the reservation (rule 6).
+                if (progress and self._may_act(cycle, job)) or (
+                    cycle.reserver is None and self.may_reserve(cycle, job)
+                ):
+                    seen.add(job.id)
+                    yield job
             head = queue.peek()
-            if head is not None:
+            if progress and head is not None:
                 heapq.heappush(heap, self._project_key(cycle, project, head))
+
+    def _may_act(self, cycle: Cycle, job: Job) -> bool:
+        """Might the job start or preempt now? Cheap and conservative (reservations and
+        domains aside), so that a project's queue is walked past jobs that cannot."""
+        if cycle.releasing or cycle.may_fit(job, long=False):
+            return True
+        scratch, shape = cycle.scratch, shape_of(job)
+        if (
+            scratch.get("fair.reclaim")
+            and (job.project, shape) not in scratch.get("fair.reclaim_failed", ())
+            and cycle.within_guarantee(job)
+        ):
+            return True
+        running = cycle.snap.running_priorities.get(job.project)
+        return (
+            bool(running)
+            and job.priority > min(running)
+            and (job.project, shape, job.priority) not in scratch.get("fair.outrank_failed", ())
+        )
 
     def _worth_a_look(self, cycle: Cycle, project: str, within: bool) -> bool:
         """May the project's jobs do anything in this pass? (What it may do only shrinks as
