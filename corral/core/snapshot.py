@@ -204,6 +204,8 @@ class Snapshot:
         # accelerator -> project -> its preemptible running jobs in victim order (lowest
         # priority, then most recently started, first): candidates without sorting per cycle.
         self.preemptible: dict[str, dict[str, SortedKeyList]] = defaultdict(dict)
+        # accelerator -> project -> demand -> how many of those jobs: the smallest victim.
+        self.preemptible_sizes: dict[str, dict[str, Counter[int]]] = defaultdict(dict)
         # Running jobs by when they will end at the latest (declared max_runtime), unknown ends
         # last and oldest first: the order in which a reservation expects capacity back.
         self.running_by_end = SortedKeyList(key=_end_key)
@@ -280,6 +282,8 @@ class Snapshot:
             self.running_priorities[job.project][job.priority] += 1
             by_project = self.preemptible[job.accelerator]
             by_project.setdefault(job.project, SortedKeyList(key=victim_order)).add(run)
+            sizes = self.preemptible_sizes[job.accelerator]
+            sizes.setdefault(job.project, Counter())[job.demand] += 1
         return run
 
     def stop(self, job_id: str) -> Running:
@@ -294,6 +298,10 @@ class Snapshot:
             runs.remove(run)
             if not runs:
                 del by_project[job.project]
+            sizes = self.preemptible_sizes[job.accelerator]
+            _decrement(sizes[job.project], job.demand)
+            if not sizes[job.project]:
+                del sizes[job.project]
         per = job.resources.per_worker
         self.terminating.pop(job_id, None)
         for i in run.nodes:

@@ -199,13 +199,21 @@ class Fair(Policy):
         return None
 
     def _reclaim_bound(self, cycle: Cycle, job: Job) -> float:
-        """Free accelerators plus all that other projects hold above their guarantees."""
-        snap, accel = cycle.snap, job.accelerator
-        bound = float(cycle.free_total(accel))
-        for project in snap.preemptible.get(accel, ()):
+        """Free accelerators plus what other projects could give up above their guarantees."""
+        bound = float(cycle.free_total(job.accelerator))
+        for project in cycle.snap.preemptible.get(job.accelerator, ()):
             if project != job.project:
-                bound += max(0.0, cycle.held(project, accel) - snap.guarantee_of(project, accel))
+                bound += self._excess(cycle, project, job.accelerator)
         return bound
+
+    def _excess(self, cycle: Cycle, project: str, accel: str) -> float:
+        """What a project holds above its guarantee, or 0 when even its smallest preemptible
+        job would take it below (then it has nothing to give)."""
+        excess = cycle.held(project, accel) - cycle.snap.guarantee_of(project, accel)
+        sizes = cycle.snap.preemptible_sizes[accel].get(project)
+        if not sizes or min(sizes) > excess + 1e-9:
+            return 0.0
+        return excess
 
     def _reclaimable(self, cycle: Cycle, job: Job) -> Iterator[Running]:
         """Jobs of over-guarantee projects: most over-served project first, then lowest
@@ -214,21 +222,25 @@ class Fair(Policy):
         pools: dict[str, Iterator[Running]] = {}
         held: dict[str, float] = {}
         for project, runs in snap.preemptible.get(accel, {}).items():
-            if project != job.project and cycle.ratio(project, accel) > 1.0:
+            if project != job.project and self._excess(cycle, project, accel) > 0:
                 pools[project] = iter(runs)
                 held[project] = cycle.held(project, accel)
+        guarantee = {p: snap.guarantee_of(p, accel) for p in pools}
+        smallest = {p: min(snap.preemptible_sizes[accel][p]) for p in pools}
         while pools:
-            project = max(pools, key=lambda p: (_ratio(held[p], snap.guarantee_of(p, accel)), p))
-            floor = snap.guarantee_of(project, accel) - 1e-9
-            # Held only shrinks: a job skipped as too big to lose stays so.
-            run = next(
-                (
-                    r
-                    for r in pools[project]
-                    if held[project] - r.job.demand >= floor and self._eligible(cycle, r)
-                ),
-                None,
-            )
+            project = max(pools, key=lambda p: (_ratio(held[p], guarantee[p]), p))
+            floor = guarantee[project] - 1e-9
+            run = None
+            if held[project] - smallest[project] >= floor:
+                # Held only shrinks: a job skipped as too big to lose stays so.
+                run = next(
+                    (
+                        r
+                        for r in pools[project]
+                        if held[project] - r.job.demand >= floor and self._eligible(cycle, r)
+                    ),
+                    None,
+                )
             if run is None:
                 del pools[project]
             else:
