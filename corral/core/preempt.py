@@ -41,12 +41,6 @@ def find_victims(cycle: Cycle, job: Job, candidates: Iterable[Running]) -> Preem
     """
     probe = cycle.probe(released=True)
     long = probe.reservation is not None and not is_short(job, probe.reservation, cycle.snap.now)
-    if job.resources.per_worker > 1 or job.resources.gang > 1:
-        # Walking the candidates one by one costs a probe step each: first see whether all
-        # of them together could free enough worker-sized blocks at all.
-        candidates = list(candidates)
-        if not _enough_blocks(probe, job, candidates):
-            return None
     chosen: list[Running] = []
     freed = probe.free_total(job.accelerator)
     nodes = None
@@ -71,16 +65,18 @@ def find_victims(cycle: Cycle, job: Job, candidates: Iterable[Running]) -> Preem
     return Preemption(chosen, nodes)
 
 
-def _enough_blocks(probe: Cycle, job: Job, candidates: list[Running]) -> bool:
-    """Would freeing every candidate leave at least one block of per_worker per worker?"""
+def could_free_room(cycle: Cycle, job: Job, runs: Iterable[Running]) -> bool:
+    """Would freeing all of `runs` leave enough per_worker-sized blocks for the job? A cheap
+    necessary condition (domains and reservations aside) to try before `find_victims`, whose
+    walk costs a probe step per candidate."""
+    base = cycle.after_release() if cycle.releasing else cycle
     per = job.resources.per_worker
     extra: dict[int, int] = {}
-    for run in candidates:
+    for run in runs:
         for i in run.nodes:
             extra[i] = extra.get(i, 0) + run.job.resources.per_worker
-    hist = probe._histogram(job.accelerator, False)
-    blocks = sum(n * (k // per) for k, n in enumerate(hist))
-    free = probe.free
+    blocks = base.blocks(job.accelerator, per, long=False)
+    free = base.free
     for i, more in extra.items():
         blocks += (free[i] + more) // per - free[i] // per
     return blocks >= job.resources.gang

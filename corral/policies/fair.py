@@ -18,7 +18,7 @@ from itertools import takewhile
 from corral.core.cycle import Cycle
 from corral.core.model import Job, Running
 from corral.core.policy import Policy
-from corral.core.preempt import Preemption, eligible, find_victims
+from corral.core.preempt import Preemption, could_free_room, eligible, find_victims
 from corral.core.snapshot import shape_of
 
 INF = float("inf")
@@ -176,14 +176,9 @@ class Fair(Policy):
             scratch.get("fair.reclaim")
             and (job.project, shape) not in reclaim_failed
             and cycle.within_guarantee(job)
-            and self._reclaim_bound(cycle, job) >= job.demand
         ):
-            found = find_victims(cycle, job, self._reclaimable(cycle, job))
+            found = self._reclaim(cycle, job)
             if found:
-                found.why = (
-                    f"reclaimed by project {job.project} for job {job.name}"
-                    " (within its guarantee; the victim's project is above its own)"
-                )
                 return found
             reclaim_failed.add((job.project, shape))
         outrank_failed = scratch.setdefault("fair.outrank_failed", set())
@@ -191,12 +186,27 @@ class Fair(Policy):
         if attempt in outrank_failed:
             return None
         outranked = self._outranked(cycle, job)
-        found = find_victims(cycle, job, outranked) if outranked else None
+        found = None
+        if outranked and could_free_room(cycle, job, outranked):
+            found = find_victims(cycle, job, outranked)
         if found and self._swap_allowed(cycle, job, found.victims):
             found.why = f"preempted by higher-priority job {job.name} of project {job.project}"
             return found
         outrank_failed.add(attempt)
         return None
+
+    def _reclaim(self, cycle: Cycle, job: Job) -> Preemption | None:
+        if self._reclaim_bound(cycle, job) < job.demand:
+            return None
+        if not could_free_room(cycle, job, self._all_reclaimable(cycle, job)):
+            return None
+        found = find_victims(cycle, job, self._reclaimable(cycle, job))
+        if found:
+            found.why = (
+                f"reclaimed by project {job.project} for job {job.name}"
+                " (within its guarantee; the victim's project is above its own)"
+            )
+        return found
 
     def _reclaim_bound(self, cycle: Cycle, job: Job) -> float:
         """Free accelerators plus what other projects could give up above their guarantees."""
@@ -246,6 +256,20 @@ class Fair(Policy):
             else:
                 held[project] -= run.job.demand
                 yield run
+
+    def _all_reclaimable(self, cycle: Cycle, job: Job) -> Iterator[Running]:
+        """Every job `_reclaimable` would offer, in no useful order (each project's share is
+        its own, so the interleaving does not change the set): cheap, for bounds."""
+        snap, accel = cycle.snap, job.accelerator
+        for project, runs in snap.preemptible.get(accel, {}).items():
+            if project == job.project or self._excess(cycle, project, accel) <= 0:
+                continue
+            held = cycle.held(project, accel)
+            floor = snap.guarantee_of(project, accel) - 1e-9
+            for run in runs:
+                if held - run.job.demand >= floor and self._eligible(cycle, run):
+                    held -= run.job.demand
+                    yield run
 
     def _outranked(self, cycle: Cycle, job: Job) -> list[Running]:
         runs = cycle.snap.preemptible.get(job.accelerator, {}).get(job.project, ())

@@ -85,6 +85,7 @@ class Las(RankPolicy):
             later.append(aged)
         return min(later) if later else None
 
+
 def _arrival(job: Job) -> tuple:
     """Order inside a queue: first come, first served (the queue key without the level)."""
     return (job.submit_time, job.name, job.id)

@@ -11,7 +11,7 @@ from itertools import takewhile
 from corral.core.cycle import Cycle
 from corral.core.model import Job, Running
 from corral.core.policy import Policy
-from corral.core.preempt import Preemption, eligible, find_victims
+from corral.core.preempt import Preemption, could_free_room, eligible, find_victims
 from corral.core.snapshot import shape_of
 
 INF = float("inf")
@@ -74,8 +74,11 @@ class RankPolicy(Policy):
         rank = self.pending_rank(cycle, job)
         if rank >= failed.get(shape, INF):
             return None
-        ranked = takewhile(lambda kr: kr[0] > rank, self._ranked_running(cycle, job.accelerator))
-        found = find_victims(cycle, job, (r for _, r in ranked if r.job.id not in cycle.victims))
+        worse = takewhile(lambda kr: kr[0] > rank, self._ranked_running(cycle, job.accelerator))
+        candidates = [r for _, r in worse if r.job.id not in cycle.victims]
+        found = None
+        if could_free_room(cycle, job, candidates):
+            found = find_victims(cycle, job, candidates)
         if found is None:
             failed[shape] = min(rank, failed.get(shape, INF))
             return None
