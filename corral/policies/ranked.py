@@ -35,17 +35,25 @@ class RankPolicy(Policy):
         yield from cycle.snap.pending.all
 
     def order(self, cycle: Cycle) -> Iterator[Job]:
-        changed, hopeless = -1, False
+        # Ranks never get better along the order, capacity only shrinks and failed victim
+        # searches stay failed: a shape that neither fits nor could preempt at some rank is
+        # dead for the rest of the cycle, and when every pending shape is dead the walk ends.
+        failed = cycle.scratch.setdefault(f"{self.name}.failed", {})
+        dead: set[tuple[str, int, int]] = set()
+        shapes = cycle.snap.pending.shapes
         for job in self.ranked_pending(cycle):
-            state = len(cycle.decision.starts) + len(cycle.decision.preemptions)
-            if state != changed:
-                changed, hopeless = state, not cycle.may_fit_any()
-            if hopeless:
+            shape = shape_of(job)
+            if shape in dead:
+                continue
+            if not cycle.may_fit(job, long=False) and not cycle.releasing:
+                rank = self.pending_rank(cycle, job)
                 worst = self._worst(cycle)
-                if worst is None or self.pending_rank(cycle, job) >= worst:
-                    return  # nothing fits, and no later job outranks any running job
+                if worst is None or rank >= min(worst, failed.get(shape, INF)):
+                    dead.add(shape)
+                    if len(dead) == len(shapes):
+                        return
+                    continue
             yield job
-
     def _worst(self, cycle: Cycle) -> float | None:
         """The worst rank of a running job that may be a victim (victims taken included)."""
         ranked = (self._ranked_running(cycle, accel) for accel in cycle.snap.cluster.by_type)
