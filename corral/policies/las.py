@@ -50,6 +50,13 @@ class Las(RankPolicy):
         attained = run.job.attained + (cycle.snap.now - run.started_at) * run.job.demand
         return self.level(attained)
 
+    def running_ranks(self, cycle: Cycle, runs: list[Running]) -> list[float]:
+        now, thresholds = cycle.snap.now, self.thresholds
+        return [
+            bisect_right(thresholds, r.job.attained + (now - r.started_at) * r.job.demand)
+            for r in runs
+        ]
+
     def describe(self, rank: float) -> str:
         return f"queue {rank:g}"
 

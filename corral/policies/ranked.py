@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Iterator
-from functools import partial
 from itertools import takewhile
 
 from corral.core.cycle import Cycle
@@ -64,10 +63,8 @@ class RankPolicy(Policy):
         # the wake-ups it asks for, and srtf's only get better as jobs run, so it holds for
         # every arrival until the next cycle (erring on the side of a cycle).
         if "rank.after" not in cycle.scratch:
-            runs = (r for r in cycle.running_after() if eligible(cycle, r, self.min_runtime))
-            cycle.scratch["rank.after"] = max(
-                map(partial(self.running_rank, cycle), runs), default=None
-            )
+            runs = [r for r in cycle.running_after() if eligible(cycle, r, self.min_runtime)]
+            cycle.scratch["rank.after"] = max(self.running_ranks(cycle, runs), default=None)
         worst = cycle.scratch["rank.after"]
         return worst is not None and self.pending_rank(cycle, job) < worst
 
@@ -99,11 +96,17 @@ class RankPolicy(Policy):
         cache = cycle.scratch.setdefault(f"{self.name}.ranked", {})
         ranked = cache.get(accelerator)
         if ranked is None:
-            ranked = [
-                (self.running_rank(cycle, r), r)
-                for r in self._runs(cycle)
-                if r.job.accelerator == accelerator
+            runs = [
+                r
+                for by_project in cycle.snap.preemptible.get(accelerator, {}).values()
+                for r in by_project
+                if eligible(cycle, r, self.min_runtime)
             ]
+            ranked = list(zip(self.running_ranks(cycle, runs), runs, strict=True))
             ranked.sort(key=lambda kr: (-kr[0], -kr[1].started_at, kr[1].job.id))
             cache[accelerator] = ranked
         return ranked
+
+    def running_ranks(self, cycle: Cycle, runs: list[Running]) -> list[float]:
+        """`running_rank` of each run (a policy may compute them all at once, faster)."""
+        return [self.running_rank(cycle, r) for r in runs]
