@@ -68,9 +68,6 @@ class RankPolicy(Policy):
         worst = cycle.scratch["rank.after"]
         return worst is not None and self.pending_rank(cycle, job) < worst
 
-    def _runs(self, cycle: Cycle) -> Iterator[Running]:
-        return (r for r in cycle.snap.running.values() if eligible(cycle, r, self.min_runtime))
-
     def victims(self, cycle: Cycle, job: Job) -> Preemption | None:
         # Ranks are fixed within a cycle and capacity only shrinks as it goes on: a search that
         # failed for a shape fails again for any job of that shape ranked no better.
