@@ -53,6 +53,7 @@ class RankPolicy(Policy):
                         return
                     continue
             yield job
+
     def _worst(self, cycle: Cycle) -> float | None:
         """The worst rank of a running job that may be a victim (victims taken included)."""
         ranked = (self._ranked_running(cycle, accel) for accel in cycle.snap.cluster.by_type)
