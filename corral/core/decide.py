@@ -45,6 +45,9 @@ def decide(snap: Snapshot, policy: Policy) -> Decision:
     for job in policy.order(cycle):
         _consider(cycle, policy, reserver, job)
     decision = cycle.decision
+    # The closures below keep the cycle; the cycle lets go of the decision, so no reference
+    # loop keeps both alive until the cyclic GC (a simulator makes 100,000s of them).
+    cycle.decision = Decision()
     decision.fallback = lambda job: _fallback(cycle, job)
     decision.wake_at = policy.wake_at(cycle)
     decision.arrival_may_act = lambda job: _arrival_may_act(cycle, policy, reserver, job)

@@ -126,7 +126,7 @@ class Fair(Policy):
 
     def _may_reclaim(self, cycle: Cycle, project: str) -> bool:
         """Might a job of the project reclaim now: in the first pass, within its guarantee,
-        of a shape whose reclaim has not failed yet, with another project above its own?"""
+        of a shape whose reclaim has not failed yet, with another project that has some to give?"""
         if not cycle.scratch.get("fair.reclaim"):
             return False
         snap = cycle.snap
@@ -138,7 +138,7 @@ class Fair(Policy):
             if not cycle.room_within(project, accel, per_worker * workers):
                 continue
             for other in snap.preemptible.get(accel, ()):
-                if other != project and cycle.ratio(other, accel) > 1.0:
+                if other != project and self._excess(cycle, other, accel) > 0:
                     return True
         return False
 

@@ -158,10 +158,6 @@ class Simulator:
 
     def _schedule(self, now: float) -> None:
         for _ in range(MAX_CYCLES_PER_INSTANT):
-            if self._last is not None:
-                # The closures tie the decision and its cycle into a reference loop: cut it,
-                # so the pair is freed at once instead of by the cyclic GC.
-                self._last.fallback = self._last.arrival_may_act = None
             decision = self._last = decide(self.snap, self.policy)
             self.cycles += 1
             for start in decision.starts:
