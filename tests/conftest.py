@@ -24,6 +24,15 @@ import pytest
 
 CLI = [sys.executable, "-c", "from corral.cli import main; main()"]
 LIVE = ("pending", "running")
+# One project every user belongs to, with the whole pool: for tests that need no sharing.
+TEAM_QUOTA = """
+[toml-schema]
+version = "1"
+[project_membership]
+team = [".*"]
+[project_resources.team]
+gpu = 1.0
+"""
 FINAL = ("succeeded", "failed", "cancelled")
 
 

@@ -6,16 +6,9 @@ from __future__ import annotations
 import random
 import time
 
-QUOTA = """
-[toml-schema]
-version = "1"
-[project_membership]
-team = [".*"]
-[project_resources.team]
-gpu = 1.0
-[scheduler]
-preempt_grace = "1s"
-"""
+from conftest import TEAM_QUOTA
+
+QUOTA = TEAM_QUOTA + '[scheduler]\npreempt_grace = "1s"\n'
 
 
 def _script(marker, seconds: float, code: int, gate=None) -> str:

@@ -8,15 +8,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
-
-QUOTA = """
-[toml-schema]
-version = "1"
-[project_membership]
-team = [".*"]
-[project_resources.team]
-gpu = 1.0
-"""
+from conftest import TEAM_QUOTA
 
 HOG = {"name": "hog", "command": "sleep 300", "resources": {"per_worker": 4}}
 
@@ -33,7 +25,7 @@ def _all_jobs(server) -> list[dict]:
 
 
 def test_concurrent_bursts_get_their_own_answers(live_servers):
-    server = live_servers(QUOTA, fake_gpus=4)
+    server = live_servers(TEAM_QUOTA, fake_gpus=4)
     with server.http(server.admin_token) as c:
         hog = c.post("/v1/jobs", json=HOG).json()["id"]
     server.wait(hog, "running")  # everything below stays pending
@@ -78,7 +70,7 @@ def test_concurrent_bursts_get_their_own_answers(live_servers):
 
 
 def test_every_201_survives_a_kill_mid_burst(live_servers):
-    server = live_servers(QUOTA, fake_gpus=4)
+    server = live_servers(TEAM_QUOTA, fake_gpus=4)
     with server.http(server.admin_token) as c:
         hog = c.post("/v1/jobs", json=HOG).json()["id"]
     server.wait(hog, "running")
