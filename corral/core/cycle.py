@@ -8,9 +8,9 @@ cannot possibly fit without walking the nodes.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from operator import mul
 
 from sortedcontainers import SortedList
 
@@ -56,9 +56,9 @@ class Cycle:
     def __init__(self, snap: Snapshot, spread: bool = False):
         self.snap = snap
         self.spread = spread
-        self.free = list(snap.free)
-        self.node_jobs = list(snap.node_jobs)
-        self.exclusive = dict(snap.exclusive_domains)
+        self.free = snap.free.copy()
+        self.node_jobs = snap.node_jobs.copy()
+        self.exclusive = snap.exclusive_domains.copy()
         self.usage = snap.usage  # copied per project on first write
         self._copied: set[str] = set()
         self.victims: dict[str, Running] = {}  # chosen for preemption in this cycle
@@ -66,8 +66,8 @@ class Cycle:
         # further cost. `soon` counts them per node; `promised`, those already held for a
         # waiting job, so two jobs never count on the same ones.
         self.releasing: list[Running] = []
-        self.soon: Counter[int] = Counter()
-        self.promised: Counter[int] = Counter()
+        self.soon: dict[int, int] = {}
+        self.promised: dict[int, int] = {}
         self._after: Cycle | None = None  # the free map once they are gone (lazy)
         for run in snap.terminating.values():
             self._releasing(run)
@@ -80,7 +80,7 @@ class Cycle:
         self._domains: dict[str, SortedList] = {}
         self._pristine = True  # free map still equals the snapshot's: reuse its histograms
         self.scratch: dict[str, object] = {}  # per-cycle memo of policies
-        self.admitted: Counter[str] = Counter()  # accelerators started by this cycle, per type
+        self.admitted: dict[str, int] = {}  # accelerators started by this cycle, per type
         self.started: list[Running] = []  # jobs this cycle starts
 
     def probe(self, released: bool = False) -> Cycle:
@@ -91,19 +91,19 @@ class Cycle:
         other = Cycle.__new__(Cycle)
         other.snap = self.snap
         other.spread = self.spread
-        other.free = list(self.free)
-        other.node_jobs = list(self.node_jobs)
-        other.exclusive = dict(self.exclusive)
+        other.free = self.free.copy()
+        other.node_jobs = self.node_jobs.copy()
+        other.exclusive = self.exclusive.copy()
         other.usage = self.usage
         other._copied = set()
         other.victims = {}
-        other.releasing, other.soon, other.promised = [], Counter(), Counter()
+        other.releasing, other.soon, other.promised = [], {}, {}
         other.reserver = self.reserver
         other.reservation = self.reservation
-        other.decision = Decision()
+        other.decision = None  # a probe only places: it decides nothing
         other._hist = {a: list(h) for a, h in self._hist.items()}
         other._hist_long = {a: list(h) for a, h in self._hist_long.items()}
-        other._blocks = dict(self._blocks)
+        other._blocks = self._blocks.copy()
         other._domains = {a: index.copy() for a, index in self._domains.items()}
         other._pristine = self._pristine
         other.scratch = {}
@@ -151,9 +151,10 @@ class Cycle:
         if self.usage is self.snap.usage:
             self.usage = dict(self.snap.usage)
         if project not in self._copied:
-            self.usage[project] = Counter(self.usage.get(project, ()))
+            self.usage[project] = dict(self.usage.get(project, ()))
             self._copied.add(project)
-        self.usage[project][accelerator] += amount
+        held = self.usage[project]
+        held[accelerator] = held.get(accelerator, 0) + amount
 
     def ratio(self, project: str, accelerator: str, extra: int = 0) -> float:
         """Usage over guarantee for one type, after adding `extra`."""
@@ -173,7 +174,8 @@ class Cycle:
 
     # -- free-capacity histograms ------------------------------------------------------------
 
-    def _histogram(self, accelerator: str, long: bool) -> list[int]:
+    def histogram(self, accelerator: str, long: bool) -> list[int]:
+        """Nodes of a type by free accelerators (for `long` jobs, those not held)."""
         if long and self.reservation is not None:
             hist = self._hist_long.get(accelerator)
             if hist is None:
@@ -193,7 +195,7 @@ class Cycle:
 
     def _held_histogram(self, accelerator: str) -> list[int]:
         """The free histogram with held accelerators taken out: only held nodes differ."""
-        hist = list(self._histogram(accelerator, False))
+        hist = list(self.histogram(accelerator, False))
         nodes = self.snap.cluster.nodes
         for i, held in self.reservation.held.items():
             if nodes[i].accelerator == accelerator:
@@ -210,11 +212,11 @@ class Cycle:
         return free
 
     def free_total(self, accelerator: str) -> int:
-        hist = self._histogram(accelerator, False)
+        hist = self.histogram(accelerator, False)
         return sum(k * n for k, n in enumerate(hist))
 
     def max_block(self, accelerator: str, long: bool = True) -> int:
-        hist = self._histogram(accelerator, long)
+        hist = self.histogram(accelerator, long)
         for k in range(len(hist) - 1, 0, -1):
             if hist[k]:
                 return k
@@ -234,9 +236,9 @@ class Cycle:
         key = (accelerator, per_worker, long and self.reservation is not None)
         found = self._blocks.get(key)
         if found is None:
-            hist = self._histogram(accelerator, long)
-            found = sum(hist[k] * (k // per_worker) for k in range(per_worker, len(hist)))
-            self._blocks[key] = found
+            hist = self.histogram(accelerator, long)
+            weights = self.snap.cluster.block_weights(accelerator, per_worker)
+            found = self._blocks[key] = sum(map(mul, hist, weights))
         return found
 
     def may_fit_project(self, project: str) -> bool:
@@ -290,12 +292,12 @@ class Cycle:
     def under_cap(self, job: Job) -> bool:
         """total_resources caps what corral hands out of a type, whatever the inventory."""
         cap = self.snap.capacity.get(job.accelerator, 0)
-        return (
-            self.snap.in_use[job.accelerator] + self.admitted[job.accelerator] + job.demand <= cap
-        )
+        accel = job.accelerator
+        return self.snap.in_use[accel] + self.admitted.get(accel, 0) + job.demand <= cap
 
     def admit(self, job: Job, nodes: tuple[int, ...]) -> None:
-        self.admitted[job.accelerator] += job.demand
+        accel = job.accelerator
+        self.admitted[accel] = self.admitted.get(accel, 0) + job.demand
         self.occupy(job, nodes)
         if self._after is not None:
             self._after.occupy(job, nodes)
@@ -325,8 +327,9 @@ class Cycle:
         self.releasing.append(run)
         if self._after is not None:
             self._after.release(run)
+        soon, per = self.soon, run.job.per_worker
         for i in run.nodes:
-            self.soon[i] += run.job.resources.per_worker
+            soon[i] = soon.get(i, 0) + per
 
     def promise(self, job: Job, nodes: tuple[int, ...]) -> None:
         """Hold `nodes` for a job that starts once the stopping jobs are gone: its share counts
@@ -335,11 +338,11 @@ class Cycle:
         self._add_usage(job.project, job.accelerator, job.demand)
         if self._after is not None:
             self._after.occupy(job, nodes)
-        per = job.resources.per_worker
+        per, soon, promised = job.per_worker, self.soon, self.promised
         for i in nodes:
             self.node_jobs[i] += 1
-            from_soon = min(per, self.soon[i] - self.promised[i])
-            self.promised[i] += from_soon
+            from_soon = min(per, soon.get(i, 0) - promised.get(i, 0))
+            promised[i] = promised.get(i, 0) + from_soon
             if per > from_soon:
                 self._take(i, per - from_soon)
         if job.resources.exclusive:

@@ -24,13 +24,20 @@ class Job:
     attained: float = 0.0  # accelerator-seconds already received (LAS)
     wait_since: float = 0.0  # when the job last became pending (submit or preemption)
     preemptions: int = 0
-    # Copies of resources.total and .accelerator: read in every inner loop of a cycle.
-    demand: int = field(init=False)
+    # Derived from resources once: read in every inner loop of a cycle.
+    demand: int = field(init=False)  # accelerators in all
     accelerator: str = field(init=False)
+    per_worker: int = field(init=False)
+    gang: int = field(init=False)  # worker processes in all slices
+    shape: tuple[str, int, int] = field(init=False)  # (accelerator, per_worker, gang)
 
     def __post_init__(self) -> None:
-        self.demand = self.resources.total
-        self.accelerator = self.resources.accelerator
+        r = self.resources
+        self.demand = r.total
+        self.accelerator = r.accelerator
+        self.per_worker = r.per_worker
+        self.gang = r.gang
+        self.shape = (r.accelerator, r.per_worker, self.gang)
 
 
 @dataclass(slots=True, eq=False)

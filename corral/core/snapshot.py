@@ -8,7 +8,7 @@ a cycle costs what changed, not the size of the queue or of the job history.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from sortedcontainers import SortedKeyList
@@ -30,8 +30,64 @@ def victim_order(run: Running) -> tuple:
 
 
 def _end_key(run: Running) -> tuple:
-    end = run.expected_end()
-    return (end is None, end or 0.0, run.started_at, run.job.id)
+    return (run.started_at + run.job.max_runtime, run.started_at, run.job.id)
+
+
+class RunningByEnd:
+    """Running jobs in the order a reservation expects their accelerators back: by declared
+    end (started_at + max_runtime), then the jobs with no max_runtime, oldest first, ties by
+    id. Starts usually come in time order, so those are kept in a plain dict (O(1) per start
+    and stop) until a start comes out of order; then they are kept sorted."""
+
+    __slots__ = ("bounded", "unbounded", "_latest", "_sorted")
+
+    def __init__(self) -> None:
+        self.bounded = SortedKeyList(key=_end_key)
+        self.unbounded: dict[str, Running] = {}  # in start order while `_sorted` is None
+        self._latest = float("-inf")
+        self._sorted: SortedKeyList | None = None
+
+    def add(self, run: Running) -> None:
+        if run.job.max_runtime is not None:
+            self.bounded.add(run)
+        elif self._sorted is not None:
+            self._sorted.add(run)
+        elif run.started_at < self._latest:
+            self._sorted = SortedKeyList(self.unbounded.values(), key=_start_key)
+            self._sorted.add(run)
+            self.unbounded = {}
+        else:
+            self._latest = run.started_at
+            self.unbounded[run.job.id] = run
+
+    def remove(self, run: Running) -> None:
+        if run.job.max_runtime is not None:
+            self.bounded.remove(run)
+        elif self._sorted is not None:
+            self._sorted.remove(run)
+        else:
+            del self.unbounded[run.job.id]
+
+    def __iter__(self) -> Iterator[Running]:
+        yield from self.bounded
+        if self._sorted is not None:
+            yield from self._sorted
+            return
+        same: list[Running] = []  # jobs started at one instant, in start order: sort by id
+        for run in self.unbounded.values():
+            if same and run.started_at != same[0].started_at:
+                yield from _by_id(same)
+                same = []
+            same.append(run)
+        yield from _by_id(same)
+
+
+def _start_key(run: Running) -> tuple:
+    return (run.started_at, run.job.id)
+
+
+def _by_id(runs: list[Running]) -> list[Running]:
+    return sorted(runs, key=lambda run: run.job.id) if len(runs) > 1 else runs
 
 
 @dataclass(slots=True)
@@ -45,6 +101,17 @@ class Cluster:
     largest_node: dict[str, int]  # accelerator -> most accelerators on one node
     typed_domains: dict[str, dict[str, tuple[int, ...]]]  # accelerator -> domain -> its nodes
     _slots: dict[tuple[str, int], dict[str, int]] = field(default_factory=dict)
+    _weights: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
+
+    def block_weights(self, accelerator: str, per_worker: int) -> tuple[int, ...]:
+        """k // per_worker for k in 0..largest node: workers that fit beside k free (cached;
+        dotted with a free histogram it counts the worker slots of a type in C)."""
+        key = (accelerator, per_worker)
+        found = self._weights.get(key)
+        if found is None:
+            size = self.largest_node.get(accelerator, 0)
+            found = self._weights[key] = tuple(k // per_worker for k in range(size + 1))
+        return found
 
     def worker_slots(self, accelerator: str, per_worker: int) -> dict[str, int]:
         """Per domain, how many workers of this size fit on an empty pool (cached)."""
@@ -85,16 +152,20 @@ class Cluster:
 
 
 class PendingQueue:
-    """Pending jobs kept sorted by the policy's static key: per project and user, and overall."""
+    """Pending jobs kept sorted by the policy's static key: overall, per shape, and per project
+    and user. Each sorted index is built the first time a policy asks for it and kept up to
+    date from then on, so a driver pays only for the indexes its policy reads."""
 
     __slots__ = (
         "key",
         "jobs",
-        "all",
-        "by_user",
-        "by_shape",
+        "keys",
+        "_all",
+        "_by_user",
+        "_by_shape",
         "demand",
         "bounded",
+        "any_bounded",
         "shapes",
         "revisit_at",
         "by_revisit",
@@ -103,16 +174,18 @@ class PendingQueue:
     def __init__(self, key: QueueKey, revisit_at: Callable[[Job], float | None] | None = None):
         self.key = key
         self.jobs: dict[str, Job] = {}
-        self.all = SortedKeyList(key=key)
+        self.keys: dict[str, tuple] = {}  # job id -> its key, computed once on arrival
+        self._all: SortedKeyList | None = None
+        self._by_user: dict[str, dict[str, SortedKeyList]] | None = None
+        self._by_shape: dict[tuple[str, int, int], SortedKeyList] | None = None
         # Jobs whose rank changes at a time of their own (LAS promotion), by that time.
         self.revisit_at = revisit_at
         self.by_revisit = SortedKeyList(key=lambda job: (revisit_at(job), job.id))
-        self.by_user: dict[str, dict[str, SortedKeyList]] = {}  # project -> user -> jobs
-        self.by_shape: dict[tuple[str, int, int], SortedKeyList] = {}  # see core/order.py
         # project -> (accelerator, demand) -> count: lets a cycle see at once whether any of a
         # project's jobs could fit, without walking its queue.
         self.demand: dict[str, Counter[tuple[str, int, int]]] = defaultdict(Counter)
         self.bounded: Counter[str] = Counter()  # project -> pending jobs with a max_runtime
+        self.any_bounded = 0  # pending jobs with a max_runtime, over all projects
         self.shapes: Counter[tuple[str, int, int]] = Counter()  # the same over all projects
 
     def __len__(self) -> int:
@@ -121,52 +194,103 @@ class PendingQueue:
     def __contains__(self, job_id: str) -> bool:
         return job_id in self.jobs
 
+    def _sorted(self, jobs=()) -> SortedKeyList:
+        keys = self.keys
+        return SortedKeyList(jobs, key=lambda job: keys[job.id])
+
+    @property
+    def all(self) -> SortedKeyList:
+        """Every pending job in key order."""
+        if self._all is None:
+            self._all = self._sorted(self.jobs.values())
+        return self._all
+
+    @property
+    def by_user(self) -> dict[str, dict[str, SortedKeyList]]:
+        """project -> user -> that user's pending jobs in key order."""
+        if self._by_user is None:
+            self._by_user = {}
+            for job in self.jobs.values():
+                self._add_by_user(job)
+        return self._by_user
+
+    @property
+    def by_shape(self) -> dict[tuple[str, int, int], SortedKeyList]:
+        """(accelerator, per_worker, gang) -> pending jobs of that shape in key order."""
+        if self._by_shape is None:
+            self._by_shape = {}
+            for job in self.jobs.values():
+                self._add_by_shape(job)
+        return self._by_shape
+
     def add(self, job: Job) -> None:
         if job.id in self.jobs:
             raise ValueError(f"job {job.id} is already pending")
         self.jobs[job.id] = job
-        self.all.add(job)
+        self.keys[job.id] = self.key(job)
+        if self._all is not None:
+            self._all.add(job)
+        if self._by_user is not None:
+            self._add_by_user(job)
+        if self._by_shape is not None:
+            self._add_by_shape(job)
         if self.revisit_at is not None and self.revisit_at(job) is not None:
             self.by_revisit.add(job)
-        users = self.by_user.setdefault(job.project, {})
-        users.setdefault(job.user, SortedKeyList(key=self.key)).add(job)
-        shape = shape_of(job)
-        self.by_shape.setdefault(shape, SortedKeyList(key=self.key)).add(job)
+        shape = job.shape
         self.demand[job.project][shape] += 1
         self.shapes[shape] += 1
         if job.max_runtime is not None:
             self.bounded[job.project] += 1
+            self.any_bounded += 1
+
+    def _add_by_user(self, job: Job) -> None:
+        users = self._by_user.setdefault(job.project, {})
+        queue = users.get(job.user)
+        if queue is None:
+            queue = users[job.user] = self._sorted()
+        queue.add(job)
+
+    def _add_by_shape(self, job: Job) -> None:
+        queue = self._by_shape.get(job.shape)
+        if queue is None:
+            queue = self._by_shape[job.shape] = self._sorted()
+        queue.add(job)
 
     def remove(self, job_id: str) -> Job:
-        job = self.jobs.pop(job_id)
-        self.all.remove(job)
+        job = self.jobs[job_id]
+        if self._all is not None:
+            self._all.remove(job)
+        if self._by_user is not None:
+            users = self._by_user[job.project]
+            _discard(users, job.user, job)
+            if not users:
+                del self._by_user[job.project]
+        if self._by_shape is not None:
+            _discard(self._by_shape, job.shape, job)
         if self.revisit_at is not None and self.revisit_at(job) is not None:
             self.by_revisit.remove(job)
-        users = self.by_user[job.project]
-        queue = users[job.user]
-        queue.remove(job)
-        if not queue:
-            del users[job.user]
-            if not users:
-                del self.by_user[job.project]
         if job.max_runtime is not None:
             self.bounded[job.project] -= 1
-        shape = shape_of(job)
-        same = self.by_shape[shape]
-        same.remove(job)
-        if not same:
-            del self.by_shape[shape]
-        _decrement(self.shapes, shape)
+            self.any_bounded -= 1
+        _decrement(self.shapes, job.shape)
         counts = self.demand[job.project]
-        _decrement(counts, shape)
+        _decrement(counts, job.shape)
         if not counts:
             del self.demand[job.project]
+        del self.jobs[job_id], self.keys[job_id]
         return job
 
 
+def _discard(queues: dict, name, job: Job) -> None:
+    """Take a job out of the named sorted queue, and the queue out when it is left empty."""
+    queue = queues[name]
+    queue.remove(job)
+    if not queue:
+        del queues[name]
+
+
 def shape_of(job: Job) -> tuple[str, int, int]:
-    r = job.resources
-    return (r.accelerator, r.per_worker, r.gang)
+    return job.shape
 
 
 def _decrement(counter: Counter, key) -> None:
@@ -201,14 +325,12 @@ class Snapshot:
         self.terminating: dict[str, Running] = {}
         self.exclusive_domains: dict[str, str] = {}  # domain -> job id holding it alone
         self.running: dict[str, Running] = {}
-        # accelerator -> project -> its preemptible running jobs in victim order (lowest
-        # priority, then most recently started, first): candidates without sorting per cycle.
-        self.preemptible: dict[str, dict[str, SortedKeyList]] = defaultdict(dict)
+        self._preemptible: dict[str, dict[str, SortedKeyList]] | None = None
         # accelerator -> project -> demand -> how many of those jobs: the smallest victim.
         self.preemptible_sizes: dict[str, dict[str, Counter[int]]] = defaultdict(dict)
         # Running jobs by when they will end at the latest (declared max_runtime), unknown ends
         # last and oldest first: the order in which a reservation expects capacity back.
-        self.running_by_end = SortedKeyList(key=_end_key)
+        self.running_by_end = RunningByEnd()
         # project -> priority -> preemptible running jobs: can a pending job outrank one?
         self.running_priorities: dict[str, Counter[int]] = defaultdict(Counter)
         self.pending = PendingQueue(queue_key or default_queue_key, revisit_at)
@@ -260,13 +382,15 @@ class Snapshot:
         return self.pending.remove(job_id)
 
     def start(self, job_id: str, nodes: Iterable[str], now: float) -> Running:
-        job = self.pending.remove(job_id)
-        where = tuple(self.cluster.index[name] for name in nodes)
-        per = job.resources.per_worker
+        """Run a pending job on the named nodes (one per worker). Checks before it changes
+        anything: an unknown job or node is a KeyError, a node short of room a ValueError."""
+        job = self.pending.jobs[job_id]
+        index, free, per = self.cluster.index, self.free, job.per_worker
+        where = tuple(index[name] for name in nodes)
         for i in where:
-            if self.free[i] < per:
-                self.pending.add(job)
+            if free[i] < per:
                 raise ValueError(f"node {self.cluster.nodes[i].name} lacks {per} free")
+        self.pending.remove(job_id)
         for i in where:
             self._change_free(i, -per)
             self.node_jobs[i] += 1
@@ -280,10 +404,10 @@ class Snapshot:
         self.running_by_end.add(run)
         if job.preemptible:
             self.running_priorities[job.project][job.priority] += 1
-            by_project = self.preemptible[job.accelerator]
-            by_project.setdefault(job.project, SortedKeyList(key=victim_order)).add(run)
             sizes = self.preemptible_sizes[job.accelerator]
             sizes.setdefault(job.project, Counter())[job.demand] += 1
+            if self._preemptible is not None:
+                self._add_preemptible(run)
         return run
 
     def stop(self, job_id: str) -> Running:
@@ -293,16 +417,13 @@ class Snapshot:
         job = run.job
         if job.preemptible:
             _decrement(self.running_priorities[job.project], job.priority)
-            by_project = self.preemptible[job.accelerator]
-            runs = by_project[job.project]
-            runs.remove(run)
-            if not runs:
-                del by_project[job.project]
+            if self._preemptible is not None:
+                _discard(self._preemptible[job.accelerator], job.project, run)
             sizes = self.preemptible_sizes[job.accelerator]
             _decrement(sizes[job.project], job.demand)
             if not sizes[job.project]:
                 del sizes[job.project]
-        per = job.resources.per_worker
+        per = job.per_worker
         self.terminating.pop(job_id, None)
         for i in run.nodes:
             self._change_free(i, per)
@@ -316,6 +437,25 @@ class Snapshot:
         if not held[job.accelerator]:
             del held[job.accelerator]
         return run
+
+    @property
+    def preemptible(self) -> dict[str, dict[str, SortedKeyList]]:
+        """accelerator -> project -> its preemptible running jobs in victim order (lowest
+        priority, then most recently started, first): candidates without sorting per cycle.
+        Built when a policy first asks (non-preemptive policies never pay for it)."""
+        if self._preemptible is None:
+            self._preemptible = defaultdict(dict)
+            for run in self.running.values():
+                if run.job.preemptible:
+                    self._add_preemptible(run)
+        return self._preemptible
+
+    def _add_preemptible(self, run: Running) -> None:
+        by_project = self._preemptible[run.job.accelerator]
+        runs = by_project.get(run.job.project)
+        if runs is None:
+            runs = by_project[run.job.project] = SortedKeyList(key=victim_order)
+        runs.add(run)
 
     def mark_terminating(self, job_id: str) -> None:
         run = self.running[job_id]

@@ -369,7 +369,7 @@ class ControlPlane:
                 # The inventory shrank under a running job (e.g. fewer --fake-gpus): keep the
                 # job running and tracked in the store; the scheduler just cannot see it.
                 log.error("job %s runs on %s, which the inventory lacks: %s", row.id, nodes, err)
-                snap.pending.jobs.pop(row.id, None)
+                snap.withdraw(row.id)
                 continue
             if att.state == "terminating":
                 snap.mark_terminating(row.id)
