@@ -224,11 +224,14 @@ class Cycle:
 
     def may_fit(self, job: Job, long: bool) -> bool:
         """Cheap necessary condition: enough per_worker-sized blocks of the job's type."""
-        r = job.resources
-        return self.may_fit_shape(r.accelerator, r.per_worker, r.gang, long)
+        accelerator, per_worker, workers = job.shape
+        return self.may_fit_shape(accelerator, per_worker, workers, long)
 
     def may_fit_shape(self, accelerator: str, per_worker: int, workers: int, long: bool) -> bool:
-        return self.blocks(accelerator, per_worker, long) >= workers
+        found = self._blocks.get((accelerator, per_worker, long and self.reservation is not None))
+        if found is None:
+            found = self.blocks(accelerator, per_worker, long)
+        return found >= workers
 
     def blocks(self, accelerator: str, per_worker: int, long: bool = True) -> int:
         """Free per_worker-sized blocks of a type, over all nodes (cached until a change:

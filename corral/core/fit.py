@@ -46,11 +46,23 @@ def _one_node(cycle: Cycle, job: Job, long: bool, nodes: tuple[int, ...]) -> int
         return None
     free = cycle.free
     held = cycle.reservation.held if long and cycle.reservation is not None else None
-    if held:  # lowest-numbered node with exactly k available
+    if nodes[-1] - nodes[0] + 1 != len(nodes):  # not a run of positions: walk them
+        held = held or {}
         return next(i for i in nodes if free[i] - held.get(i, 0) == k)
-    if nodes[-1] - nodes[0] + 1 == len(nodes):
-        return free.index(k, nodes[0], nodes[-1] + 1)
-    return next(i for i in nodes if free[i] == k)
+    # The lowest-numbered node with exactly k available: a held node, or one found by
+    # list.index among the others (held nodes are few).
+    lo, hi = nodes[0], nodes[-1] + 1
+    best = hi
+    if held:
+        best = min((i for i, h in held.items() if lo <= i < best and free[i] - h == k), default=hi)
+    i = lo - 1
+    while True:
+        try:
+            i = free.index(k, i + 1, best)
+        except ValueError:
+            return best
+        if not held or i not in held:
+            return i
 
 
 def _place_slice(

@@ -22,23 +22,27 @@ def merged_by_shape(
 ) -> Iterator[Job]:
     """Pending jobs in queue-key order (strictly after `after`), skipping dead shapes."""
     pending = cycle.snap.pending
-    key = pending.key
+    keys = pending.keys
     heap = []
     for shape, jobs in pending.by_shape.items():
         if not viable(shape):
             continue
-        i = 0 if after is None else jobs.bisect_key_right(after)
-        if i < len(jobs):
-            heap.append((key(jobs[i]), shape, i))
+        rest = jobs.islice(0 if after is None else jobs.bisect_key_right(after))
+        job = next(rest, None)
+        if job is not None:
+            heap.append((keys[job.id], shape, job, rest))
     heapq.heapify(heap)
     while heap:
-        _, shape, i = heapq.heappop(heap)
+        _, shape, job, rest = heap[0]
         if not viable(shape):
+            heapq.heappop(heap)
             continue
-        jobs = pending.by_shape[shape]
-        yield jobs[i]
-        if i + 1 < len(jobs):
-            heapq.heappush(heap, (key(jobs[i + 1]), shape, i + 1))
+        yield job
+        job = next(rest, None)
+        if job is None:
+            heapq.heappop(heap)
+        else:
+            heapq.heapreplace(heap, (keys[job.id], shape, job, rest))
 
 
 def fits_shape(cycle: Cycle, shape: Shape) -> bool:

@@ -78,6 +78,7 @@ class Simulator:
         self._seq = 0
         self._wakes: set[float] = set()
         self._last: Decision | None = None  # the latest cycle's decision, its starts applied
+        self._admission: dict[tuple, str | None] = {}
         for sj in sorted(jobs, key=lambda sj: (sj.submit, sj.spec.name)):  # file order is no tie
             self._push(sj.submit, ARRIVE, sj.spec.name)
             self.jobs[sj.spec.name] = SimJob(job=_core_job(sj, quota), duration=sj.duration)
@@ -146,7 +147,7 @@ class Simulator:
     def _arrive(self, sim: SimJob, now: float) -> tuple[bool, int]:
         job = sim.job
         self._log(now, "submit", job)
-        why = check_admissible(self.snap, job)
+        why = self._admissible(job)
         if why is not None:
             sim.state = "rejected"
             self._log(now, "reject", job, reason=why)
@@ -155,6 +156,13 @@ class Simulator:
         # An arrival that can neither start nor preempt changes no decision: skip its cycle.
         last = self._last
         return last is None or last.arrival_may_act is None or last.arrival_may_act(job), 0
+
+    def _admissible(self, job: Job) -> str | None:
+        """check_admissible, once per kind of job: the pool and quota are fixed in a replay."""
+        kind = (job.user, job.project, job.resources, job.preemptible)
+        if kind not in self._admission:
+            self._admission[kind] = check_admissible(self.snap, job)
+        return self._admission[kind]
 
     def _schedule(self, now: float) -> None:
         for _ in range(MAX_CYCLES_PER_INSTANT):
@@ -188,7 +196,8 @@ class Simulator:
         work = sim.duration - job.run_time
         if job.preemptions:
             work += self.options.restart_penalty
-        work *= 1 + self.options.slowdown * _spread(self.snap, job, nodes)
+        if self.options.slowdown:
+            work *= 1 + self.options.slowdown * _spread(self.snap, job, nodes)
         limit = job.max_runtime
         sim.timed_out = limit is not None and work > limit
         sim.run_end = now + (limit if sim.timed_out else work)
