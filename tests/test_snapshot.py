@@ -1,0 +1,118 @@
+"""The snapshot's incremental indexes agree with the jobs they index, whatever the order of
+changes, and a driver's bad call changes nothing."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from simkit import quota
+
+from corral.core.model import Job
+from corral.core.snapshot import Snapshot, victim_order
+from corral.formats import Node, Resources, parse_quota
+
+
+def _snapshot(n_nodes: int = 4) -> Snapshot:
+    q = parse_quota(quota({"a": {"gpu": 1}, "b": {"gpu": 1}}))
+    return Snapshot([Node(f"n{i}", "gpu", 8) for i in range(n_nodes)], q)
+
+
+def _job(name: str, project: str = "a", per: int = 1, **kw) -> Job:
+    submit = kw.pop("submit", 0.0)
+    return Job(
+        name,
+        name,
+        project,
+        kw.pop("user", "u"),
+        kw.pop("priority", 0),
+        Resources("gpu", per),
+        submit,
+        **kw,
+    )
+
+
+def test_running_by_end_orders_by_declared_end_then_oldest_then_id():
+    snap = _snapshot()
+    # Started out of time order (as a restarted server reloads them), with ties at t=5.
+    plan = [
+        ("late", 9.0, None),
+        ("b5", 5.0, None),
+        ("a5", 5.0, None),
+        ("first", 1.0, None),
+        ("bounded-late", 0.0, 100.0),
+        ("bounded-soon", 2.0, 10.0),
+    ]
+    for name, t, limit in plan:
+        snap.submit(_job(name, max_runtime=limit))
+        snap.start(name, ["n0"], t)
+    order = [run.job.id for run in snap.running_by_end]
+    assert order == ["bounded-soon", "bounded-late", "first", "a5", "b5", "late"]
+    snap.stop("a5")
+    assert [run.job.id for run in snap.running_by_end][2:] == ["first", "b5", "late"]
+
+
+def test_running_by_end_ties_at_one_instant_sort_by_id_in_time_order():
+    snap = _snapshot()
+    for name, t in [("x", 1.0), ("c", 3.0), ("b", 3.0), ("a", 4.0)]:
+        snap.submit(_job(name))
+        snap.start(name, ["n1"], t)
+    assert [run.job.id for run in snap.running_by_end] == ["x", "b", "c", "a"]
+
+
+def test_lazy_indexes_match_a_rebuild_after_random_changes():
+    rng = random.Random(7)
+    snap = _snapshot()
+    _ = snap.pending.all  # built now, then kept up to date
+    n = 0
+    for _step in range(400):
+        pending, running = list(snap.pending.jobs), list(snap.running)
+        roll = rng.random()
+        if roll < 0.45 or not pending and not running:
+            n += 1
+            job = _job(
+                f"j{n}",
+                rng.choice("ab"),
+                rng.choice([1, 2, 4]),
+                user=rng.choice(["u", "v"]),
+                priority=rng.choice([0, 1]),
+                submit=float(rng.randint(0, 50)),
+            )
+            snap.submit(job)
+        elif roll < 0.75 and pending:
+            job = snap.pending.jobs[rng.choice(pending)]
+            free = [f"n{i}" for i, f in enumerate(snap.free) if f >= job.per_worker]
+            if free:
+                snap.set_time(snap.now + 1)
+                snap.start(job.id, [rng.choice(free)], snap.now)
+        elif running:
+            snap.stop(rng.choice(running))
+        if _step == 200:
+            _ = snap.pending.by_user, snap.pending.by_shape, snap.preemptible  # built mid-way
+    key = snap.pending.key
+    expected = sorted(snap.pending.jobs.values(), key=key)
+    assert list(snap.pending.all) == expected
+    for shape, queue in snap.pending.by_shape.items():
+        assert list(queue) == [j for j in expected if j.shape == shape]
+    for project, users in snap.pending.by_user.items():
+        for user, queue in users.items():
+            mine = [j for j in expected if (j.project, j.user) == (project, user)]
+            assert list(queue) == mine
+    for projects in snap.preemptible.values():
+        for project, runs in projects.items():
+            mine = [r for r in snap.running.values() if r.job.project == project]
+            assert list(runs) == sorted(mine, key=victim_order)
+    assert sum(len(q) for q in snap.pending.by_shape.values()) == len(snap.pending)
+
+
+def test_start_on_an_unknown_node_or_without_room_changes_nothing():
+    snap = _snapshot(n_nodes=1)
+    snap.submit(_job("big", per=8))
+    snap.submit(_job("more", per=4))
+    snap.start("big", ["n0"], 0.0)
+    with pytest.raises(KeyError):
+        snap.start("more", ["nope"], 0.0)
+    with pytest.raises(ValueError, match="lacks 4 free"):
+        snap.start("more", ["n0"], 0.0)
+    assert "more" in snap.pending and list(snap.pending.all)[0].id == "more"
+    assert snap.free == [0] and list(snap.running) == ["big"]
