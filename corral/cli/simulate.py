@@ -255,11 +255,12 @@ def _progress(total: int, label: str) -> Iterator[Callable[[int], None] | None]:
         *columns, TimeElapsedColumn(), console=Console(stderr=True), transient=True
     ) as bar:
         task = bar.add_task(label, total=total)
-        last = -1
+        step = max(1, total // 1000)  # the engine reports after every instant: redraw less
+        last = -step
 
         def update(done: int) -> None:
             nonlocal last
-            if done != last:  # the engine reports after every instant; most change nothing
+            if done - last >= step or done == total:
                 last = done
                 bar.update(task, completed=done)
 

@@ -22,7 +22,7 @@ from corral.core.policy import Policy
 from corral.core.snapshot import Snapshot
 from corral.formats.types import Node, Quota, ScenarioJob
 
-ARRIVE, FINISH, WAKE = 0, 1, 2  # completions at an instant are applied after arrivals
+FINISH, WAKE = 1, 2  # at one instant: arrivals, then completions, then wake-ups
 MAX_CYCLES_PER_INSTANT = 1_000  # guards against a policy that preempts in a loop
 
 
@@ -74,13 +74,16 @@ class Simulator:
         self.events: list[dict] = []
         self.cycles = 0
         self.stalls = 0
+        # Completions and wake-ups; arrivals are known up front and kept apart, in order, so
+        # the heap stays as small as the number of running jobs.
         self._queue: list[tuple[float, int, int, str, int]] = []
         self._seq = 0
         self._wakes: set[float] = set()
         self._last: Decision | None = None  # the latest cycle's decision, its starts applied
         self._admission: dict[tuple, str | None] = {}
+        self._arrivals: list[tuple[float, str]] = []
         for sj in sorted(jobs, key=lambda sj: (sj.submit, sj.spec.name)):  # file order is no tie
-            self._push(sj.submit, ARRIVE, sj.spec.name)
+            self._arrivals.append((sj.submit, sj.spec.name))
             self.jobs[sj.spec.name] = SimJob(job=_core_job(sj, quota), duration=sj.duration)
 
     def _push(self, t: float, kind: int, job_id: str = "", attempt: int = 0) -> None:
@@ -91,15 +94,22 @@ class Simulator:
         done = 0
         limit = self.options.max_sim_time
         now = 0.0
-        while self._queue:
-            now = self._queue[0][0]
+        queue, arrivals, n = self._queue, self._arrivals, len(self._arrivals)
+        a = 0  # next arrival
+        while queue or a < n:
+            now = min(queue[0][0] if queue else math.inf, arrivals[a][0] if a < n else math.inf)
             if limit is not None and now > limit:
                 now = limit
                 break
             self.snap.set_time(now)
             dirty = False
-            while self._queue and self._queue[0][0] == now:
-                _, kind, _, job_id, attempt = heapq.heappop(self._queue)
+            while a < n and arrivals[a][0] == now:  # arrivals first, then completions
+                changed, ended = self._arrive(self.jobs[arrivals[a][1]], now)
+                a += 1
+                dirty |= changed
+                done += ended
+            while queue and queue[0][0] == now:
+                _, kind, _, job_id, attempt = heapq.heappop(queue)
                 changed, ended = self._handle(kind, job_id, attempt, now)
                 dirty |= changed
                 done += ended
@@ -133,8 +143,6 @@ class Simulator:
             self._wakes.discard(now)
             return True, 0
         sim = self.jobs[job_id]
-        if kind == ARRIVE:
-            return self._arrive(sim, now)
         if attempt != sim.attempt or sim.state != "running":
             return False, 0  # the attempt this completion belonged to was preempted
         self.snap.stop(job_id)
