@@ -270,7 +270,6 @@ class Cycle:
     def _take(self, node: int, amount: int) -> None:
         """Move `amount` accelerators of a node between free and used, keeping the indexes."""
         self._pristine = False
-        self._blocks.clear()
         cluster = self.snap.cluster
         accel = cluster.nodes[node].accelerator
         index = self._domains.get(accel)
@@ -281,7 +280,16 @@ class Cycle:
             index.add((total - amount, domain))
         hist, hist_long = self._hist.get(accel), self._hist_long.get(accel)
         free = self.free[node]
-        held = self.reservation.held.get(node, 0) if hist_long is not None else 0
+        held = self.reservation.held.get(node, 0) if self.reservation is not None else 0
+        blocks = self._blocks
+        for key, count in blocks.items():  # keep the cached worker-slot counts exact
+            if key[0] == accel:
+                per = key[1]
+                if key[2]:  # long jobs: only what is not held
+                    count += max(0, free - amount - held) // per - max(0, free - held) // per
+                else:
+                    count += (free - amount) // per - free // per
+                blocks[key] = count
         if hist is not None:
             hist[free] -= 1
             hist[free - amount] += 1

@@ -47,6 +47,8 @@ def blocked(cycle: Cycle, job: Job, long: bool = True) -> Reason:
 
 def limit(cycle: Cycle, job: Job) -> Reason | None:
     """Hard caps that hold whatever the free capacity: project_limits, non-preemptible jobs."""
+    if job.preemptible and job.project not in cycle.snap.quota.limits:
+        return None  # the common case, asked for every job a cycle looks at
     held = cycle.held(job.project, job.accelerator)
     cap = cycle.snap.limit_of(job.project, job.accelerator)
     if held + job.demand > cap:

@@ -17,6 +17,7 @@ from corral.core.model import Job, Running
 from corral.formats.types import Node, Quota
 
 QueueKey = Callable[[Job], tuple]
+INF = float("inf")
 
 
 def default_queue_key(job: Job) -> tuple:
@@ -365,7 +366,7 @@ class Snapshot:
         return self.guarantee.get(project, {}).get(accelerator, 0.0)
 
     def limit_of(self, project: str, accelerator: str) -> float:
-        return self.quota.limits.get(project, {}).get(accelerator, float("inf"))
+        return self.quota.limits.get(project, {}).get(accelerator, INF)
 
     # -- changes, called by drivers ----------------------------------------------------------
 
