@@ -16,14 +16,13 @@ from corral.core.model import Job
 def place(cycle: Cycle, job: Job, long: bool = True) -> tuple[int, ...] | None:
     """Node of each worker (slice-major), honouring the cycle's free map, or None."""
     r = job.resources
-    if r.workers == 1 and r.slices == 1 and not r.exclusive:
+    if r.slices == 1 and not r.exclusive and (r.workers == 1 or not cycle.spread):
         typed = cycle.snap.cluster.typed_domains.get(r.accelerator, {})
-        if len(typed) == 1:  # the common case: one worker, one domain
+        if len(typed) == 1:  # the common case: one slice in a one-domain pool
             ((domain, nodes),) = typed.items()
             if domain in cycle.exclusive:
                 return None
-            node = _one_node(cycle, job, long, nodes)
-            return None if node is None else (node,)
+            return _one_domain(cycle, job, long, nodes)
     taken: dict[int, int] = {}  # node -> accelerators this job claims already (earlier slices)
     used_domains: set[str] = set()
     placement: list[int] = []
@@ -35,34 +34,45 @@ def place(cycle: Cycle, job: Job, long: bool = True) -> tuple[int, ...] | None:
     return tuple(placement)
 
 
-def _one_node(cycle: Cycle, job: Job, long: bool, nodes: tuple[int, ...]) -> int | None:
-    """The node a lone worker goes to (as `_assign` would pick it), found from the free
-    histogram and a scan in C instead of a walk over the nodes."""
-    per = job.per_worker
+def _one_domain(
+    cycle: Cycle, job: Job, long: bool, nodes: tuple[int, ...]
+) -> tuple[int, ...] | None:
+    """The workers' nodes as `_assign` picks them (packing: fullest first; a lone worker when
+    spreading: emptiest), found from the free histogram instead of a walk over the nodes."""
+    per, workers = job.per_worker, job.gang
     hist = cycle.histogram(job.accelerator, long)
     sizes = range(len(hist) - 1, per - 1, -1) if cycle.spread else range(per, len(hist))
-    k = next((k for k in sizes if hist[k]), None)  # best fit, or emptiest when spreading
-    if k is None:
-        return None
     free = cycle.free
     held = cycle.reservation.held if long and cycle.reservation is not None else None
-    if nodes[-1] - nodes[0] + 1 != len(nodes):  # not a run of positions: walk them
-        held = held or {}
-        return next(i for i in nodes if free[i] - held.get(i, 0) == k)
-    # The lowest-numbered node with exactly k available: a held node, or one found by
-    # list.index among the others (held nodes are few).
+    out: list[int] = []
+    for k in sizes:
+        if not hist[k]:
+            continue
+        for i in _with_available(free, held, nodes, k, hist[k], workers - len(out)):
+            out.extend([i] * min(k // per, workers - len(out)))
+            if len(out) == workers:
+                return tuple(out)
+    return None
+
+
+def _with_available(
+    free: list[int], held: dict[int, int] | None, nodes: tuple[int, ...], k: int, n: int, want: int
+) -> list[int]:
+    """The first `want` (by position) of the `n` nodes with exactly k available."""
+    held = held or {}
     lo, hi = nodes[0], nodes[-1] + 1
-    best = hi
-    if held:
-        best = min((i for i, h in held.items() if lo <= i < best and free[i] - h == k), default=hi)
-    i = lo - 1
-    while True:
-        try:
-            i = free.index(k, i + 1, best)
-        except ValueError:
-            return best
-        if not held or i not in held:
-            return i
+    if hi - lo != len(nodes):  # not a run of positions: walk them
+        return [i for i in nodes if free[i] - held.get(i, 0) == k][:want]
+    # Held nodes are few: check them one by one, and find the others by list.index in C.
+    found = [i for i, h in held.items() if lo <= i < hi and free[i] - h == k]
+    plain, i = 0, lo - 1
+    while plain < want and len(found) < n:
+        i = free.index(k, i + 1, hi)
+        if i not in held:
+            found.append(i)
+            plain += 1
+    found.sort()
+    return found[:want]
 
 
 def _place_slice(

@@ -48,4 +48,5 @@ def merged_by_shape(
 def fits_shape(cycle: Cycle, shape: Shape) -> bool:
     """May a job of this shape fit now? Jobs with a max_runtime may use held capacity."""
     long = cycle.reservation is not None and not cycle.snap.pending.any_bounded
-    return cycle.may_fit_shape(*shape, long)
+    accelerator, per_worker, workers = shape
+    return cycle.may_fit_shape(accelerator, per_worker, workers, long)

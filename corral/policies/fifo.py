@@ -7,6 +7,7 @@ No preemption.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 
 from corral.core.cycle import Cycle
 from corral.core.model import Job
@@ -29,9 +30,8 @@ class Fifo(Policy):
                 head = job
                 break
         if head is not None:  # then backfill: only jobs of shapes that can still fit
-            yield from merged_by_shape(
-                cycle, lambda shape: fits_shape(cycle, shape), after=self.queue_key(head)
-            )
+            viable = partial(fits_shape, cycle)
+            yield from merged_by_shape(cycle, viable, after=cycle.snap.pending.keys[head.id])
 
     def may_reserve(self, cycle: Cycle, job: Job) -> bool:
         return True
