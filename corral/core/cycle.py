@@ -129,18 +129,35 @@ class Cycle:
         """What-if: give back a running job's accelerators (on a probe)."""
         self.occupy(run.job, run.nodes, -1)
 
+    def release_all(self, runs: list[Running]) -> None:
+        """What-if: `release` each of `runs`, one change per node (on a probe)."""
+        amounts: dict[int, int] = {}
+        for run in runs:
+            per = run.job.per_worker
+            for i in run.nodes:
+                amounts[i] = amounts.get(i, 0) + per
+                self.node_jobs[i] -= 1
+            if run.job.resources.exclusive:
+                self._open_domains(run.job, run.nodes)
+        for i, amount in amounts.items():
+            self._take(i, -amount)
+
+    def _open_domains(self, job: Job, nodes: tuple[int, ...]) -> None:
+        for i in nodes:
+            domain = self.snap.cluster.domain_of[i]
+            if self.exclusive.get(domain) == job.id:  # not a domain promised to another
+                del self.exclusive[domain]
+
     def occupy(self, job: Job, nodes: tuple[int, ...], sign: int = 1) -> None:
         per = job.resources.per_worker
         for i in nodes:
             self._take(i, sign * per)
             self.node_jobs[i] += sign
-        if job.resources.exclusive:
+        if job.resources.exclusive and sign < 0:
+            self._open_domains(job, nodes)
+        elif job.resources.exclusive:
             for i in nodes:
-                domain = self.snap.cluster.domain_of[i]
-                if sign > 0:
-                    self.exclusive[domain] = job.id
-                elif self.exclusive.get(domain) == job.id:  # not a domain promised to another
-                    del self.exclusive[domain]
+                self.exclusive[self.snap.cluster.domain_of[i]] = job.id
 
     # -- usage -------------------------------------------------------------------------------
 

@@ -18,18 +18,38 @@ def plan_reservation(cycle: Cycle, job: Job) -> Reservation | None:
     probe = cycle.probe(released=True)  # what stopping jobs free is there by `now`
     due: float | None = cycle.snap.now
     nodes = _place(probe, job)
-    short = job.demand - probe.free_total(job.accelerator)  # no use placing before it is 0
-    runs = _releases(cycle, job)
-    while nodes is None:
-        run = next(runs, None)
-        if run is None:
+    if nodes is None:
+        found = _after_releases(cycle, probe, job)
+        if found is None:
             return None
-        probe.release(run)
-        due = run.expected_end()
-        short -= run.job.demand
-        if short <= 0:
-            nodes = _place(probe, job)
+        nodes, due = found
     return Reservation(job, nodes, due, _held(cycle, probe, job, nodes))
+
+
+def _after_releases(
+    cycle: Cycle, probe: Cycle, job: Job
+) -> tuple[tuple[int, ...], float | None] | None:
+    """Release running jobs on the probe, soonest to end first, until the job fits: where it
+    goes and when (the last release's expected end). Worker slots are counted on the side and
+    the releases put on the probe only once there could be enough of them."""
+    per, free = job.per_worker, probe.free
+    slots = probe.blocks(job.accelerator, per, long=False)
+    freed: dict[int, int] = {}  # node -> accelerators released but not yet on the probe
+    batch: list[Running] = []
+    for run in _releases(cycle, job):
+        batch.append(run)
+        more = run.job.per_worker
+        for i in run.nodes:
+            before = free[i] + freed.get(i, 0)
+            freed[i] = freed.get(i, 0) + more
+            slots += (before + more) // per - before // per
+        if slots >= job.gang:
+            probe.release_all(batch)
+            batch, freed = [], {}
+            nodes = _place(probe, job)
+            if nodes is not None:
+                return nodes, run.expected_end()
+    return None
 
 
 def _place(probe: Cycle, job: Job) -> tuple[int, ...] | None:
