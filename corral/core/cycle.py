@@ -76,7 +76,7 @@ class Cycle:
         self.decision = Decision()
         self._hist: dict[str, list[int]] = {}
         self._hist_long: dict[str, list[int]] = {}
-        self._blocks: dict[tuple[str, int, bool], int] = {}
+        self._blocks: dict[tuple[str, int, bool], int] = snap.slots.copy()
         self._domains: dict[str, SortedList] = {}
         self._pristine = True  # free map still equals the snapshot's: reuse its histograms
         self.scratch: dict[str, object] = {}  # per-cycle memo of policies
@@ -383,6 +383,6 @@ class Cycle:
     def reserve(self, reservation: Reservation) -> None:
         self.reservation = reservation
         self._hist_long.clear()  # availability for long jobs changed
-        self._blocks.clear()
+        self._blocks = {key: n for key, n in self._blocks.items() if not key[2]}
         if self._after is not None:
             self._after.reserve(reservation)

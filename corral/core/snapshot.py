@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from operator import mul
 
 from sortedcontainers import SortedKeyList
 
@@ -323,6 +324,9 @@ class Snapshot:
             self.free_hist[accel] = [0] * (size + 1)
         for node in self.cluster.nodes:
             self.free_hist[node.accelerator][node.count] += 1
+        # (accelerator, per_worker, False) -> free worker slots of that size, for every size a
+        # pending job has asked for: a cycle starts with them instead of counting them again.
+        self.slots: dict[tuple[str, int, bool], int] = {}
         self.terminating: dict[str, Running] = {}
         self.exclusive_domains: dict[str, str] = {}  # domain -> job id holding it alone
         self.running: dict[str, Running] = {}
@@ -377,6 +381,8 @@ class Snapshot:
         if job.id in self.running:
             raise ValueError(f"job {job.id} is already running")
         self.pending.add(job)
+        if (job.accelerator, job.per_worker, False) not in self.slots:
+            self._count_slots(job.accelerator, job.per_worker)
 
     def withdraw(self, job_id: str) -> Job:
         """Take a job out of the queue (cancelled, or about to start)."""
@@ -464,10 +470,21 @@ class Snapshot:
         self.terminating[job_id] = run
 
     def _change_free(self, node: int, amount: int) -> None:
-        hist = self.free_hist[self.cluster.nodes[node].accelerator]
-        hist[self.free[node]] -= 1
-        self.free[node] += amount
-        hist[self.free[node]] += 1
+        accel = self.cluster.nodes[node].accelerator
+        hist = self.free_hist[accel]
+        before = self.free[node]
+        after = self.free[node] = before + amount
+        hist[before] -= 1
+        hist[after] += 1
+        slots = self.slots
+        for key, count in slots.items():
+            if key[0] == accel:
+                slots[key] = count + after // key[1] - before // key[1]
+
+    def _count_slots(self, accelerator: str, per_worker: int) -> None:
+        weights = self.cluster.block_weights(accelerator, per_worker)
+        hist = self.free_hist.get(accelerator, [0])
+        self.slots[(accelerator, per_worker, False)] = sum(map(mul, hist, weights))
 
     # -- reads -------------------------------------------------------------------------------
 
