@@ -17,19 +17,15 @@ from corral.core.model import Job
 Shape = tuple[str, int, int]
 
 
-def merged_by_shape(
-    cycle: Cycle, viable: Callable[[Shape], bool], after: tuple | None = None
-) -> Iterator[Job]:
-    """Pending jobs in queue-key order (strictly after `after`), skipping dead shapes."""
+def merged_by_shape(cycle: Cycle, viable: Callable[[Shape], bool]) -> Iterator[Job]:
+    """Pending jobs in queue-key order, skipping shapes no longer viable."""
     pending = cycle.snap.pending
     keys = pending.keys
     heap = []
     for shape, jobs in pending.by_shape.items():
-        if not viable(shape):
-            continue
-        rest = jobs.islice(0 if after is None else jobs.bisect_key_right(after))
-        job = next(rest, None)
-        if job is not None:
+        if viable(shape):
+            rest = iter(jobs)
+            job = next(rest)  # a shape's queue is never empty
             heap.append((keys[job.id], shape, job, rest))
     heapq.heapify(heap)
     while heap:

@@ -35,7 +35,10 @@ class Policy:
 
     def snapshot(self, nodes: Sequence[Node], quota: Quota) -> Snapshot:
         """An empty snapshot whose indexes follow this policy's keys."""
-        return Snapshot(nodes, quota, queue_key=self.queue_key, revisit_at=self.revisit_at)
+        revisits = type(self).revisit_at is not Policy.revisit_at  # else no job ever has one
+        return Snapshot(
+            nodes, quota, queue_key=self.queue_key, revisit_at=self.revisit_at if revisits else None
+        )
 
     def revisit_at(self, job: Job) -> float | None:
         """When a waiting job's rank changes by itself (None: never). Fixed while it waits;

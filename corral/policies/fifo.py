@@ -7,7 +7,6 @@ No preemption.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from functools import partial
 
 from corral.core.cycle import Cycle
 from corral.core.model import Job
@@ -22,16 +21,17 @@ class Fifo(Policy):
         return (job.submit_time, job.name, job.id)
 
     def order(self, cycle: Cycle) -> Iterator[Job]:
-        head = None
-        for job in cycle.snap.pending.all:  # the head of the queue, up to its first blocked job
+        # The queue in order up to its first blocked job (the head); after it, backfill: only
+        # jobs of shapes that can still fit. One merge of the per-shape queues serves both.
+        blocked = False
+
+        def viable(shape) -> bool:
+            return not blocked or fits_shape(cycle, shape)
+
+        for job in merged_by_shape(cycle, viable):
             started = len(cycle.decision.starts)
             yield job
-            if len(cycle.decision.starts) == started:
-                head = job
-                break
-        if head is not None:  # then backfill: only jobs of shapes that can still fit
-            viable = partial(fits_shape, cycle)
-            yield from merged_by_shape(cycle, viable, after=cycle.snap.pending.keys[head.id])
+            blocked = blocked or len(cycle.decision.starts) == started
 
     def may_reserve(self, cycle: Cycle, job: Job) -> bool:
         return True
