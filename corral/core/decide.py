@@ -59,6 +59,11 @@ def _consider(cycle: Cycle, policy: Policy, reserver: _Reserver, job: Job) -> No
     if capped is not None:
         cycle.wait(job, capped.code, capped.message)
         return
+    if not cycle.releasing:
+        # Plan the reservation (if any) before placing: it would be planned before this job
+        # is admitted or looks for victims anyway, and placing once is cheaper than twice.
+        # (With jobs stopping, a promise made first must come before the plan.)
+        reserver.before_admitting(cycle)
     nodes = _fit(cycle, job)
     if nodes is not None and reserver.before_admitting(cycle):
         nodes = _fit(cycle, job)

@@ -59,11 +59,17 @@ def _with_available(
     free: list[int], held: dict[int, int] | None, nodes: tuple[int, ...], k: int, n: int, want: int
 ) -> list[int]:
     """The first `want` (by position) of the `n` nodes with exactly k available."""
-    held = held or {}
     lo, hi = nodes[0], nodes[-1] + 1
     if hi - lo != len(nodes):  # not a run of positions: walk them
+        held = held or {}
         return [i for i in nodes if free[i] - held.get(i, 0) == k][:want]
-    # Held nodes are few: check them one by one, and find the others by list.index in C.
+    if not held:  # found by list.index, in C
+        found, i = [], lo - 1
+        for _ in range(min(want, n)):
+            i = free.index(k, i + 1, hi)
+            found.append(i)
+        return found
+    # Held nodes are few: check them one by one, and find the others by list.index.
     found = [i for i, h in held.items() if lo <= i < hi and free[i] - h == k]
     plain, i = 0, lo - 1
     while plain < want and len(found) < n:
