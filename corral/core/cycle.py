@@ -15,7 +15,7 @@ from operator import mul
 from sortedcontainers import SortedList
 
 from corral.core.model import Decision, Job, Preempt, Reason, Running, Start
-from corral.core.snapshot import Snapshot
+from corral.core.snapshot import NONE, Snapshot
 
 
 @dataclass(slots=True)
@@ -162,7 +162,7 @@ class Cycle:
     # -- usage -------------------------------------------------------------------------------
 
     def held(self, project: str, accelerator: str) -> int:
-        return self.usage.get(project, {}).get(accelerator, 0)
+        return self.usage.get(project, NONE).get(accelerator, 0)
 
     def _add_usage(self, project: str, accelerator: str, amount: int) -> None:
         if self.usage is self.snap.usage:

@@ -8,9 +8,10 @@ a cycle costs what changed, not the size of the queue or of the job history.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import mul
+from types import MappingProxyType
 
 from sortedcontainers import SortedKeyList
 
@@ -19,6 +20,7 @@ from corral.formats.types import Node, Quota
 
 QueueKey = Callable[[Job], tuple]
 INF = float("inf")
+NONE: Mapping = MappingProxyType({})  # an empty mapping to look things up in
 
 
 def default_queue_key(job: Job) -> tuple:
@@ -367,10 +369,10 @@ class Snapshot:
         self.guarantee = self._guarantees()
 
     def guarantee_of(self, project: str, accelerator: str) -> float:
-        return self.guarantee.get(project, {}).get(accelerator, 0.0)
+        return self.guarantee.get(project, NONE).get(accelerator, 0.0)
 
     def limit_of(self, project: str, accelerator: str) -> float:
-        return self.quota.limits.get(project, {}).get(accelerator, INF)
+        return self.quota.limits.get(project, NONE).get(accelerator, INF)
 
     # -- changes, called by drivers ----------------------------------------------------------
 
@@ -489,7 +491,7 @@ class Snapshot:
     # -- reads -------------------------------------------------------------------------------
 
     def held(self, project: str, accelerator: str) -> int:
-        return self.usage.get(project, {}).get(accelerator, 0)
+        return self.usage.get(project, NONE).get(accelerator, 0)
 
     def node_names(self, positions: Iterable[int]) -> tuple[str, ...]:
         nodes = self.cluster.nodes
