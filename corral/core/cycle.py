@@ -263,10 +263,13 @@ class Cycle:
 
     def may_fit_project(self, project: str) -> bool:
         """Could any pending job of the project fit in what is free now?"""
-        pending = self.snap.pending
-        long = self.reservation is not None and not pending.bounded[project]
+        pending, cached = self.snap.pending, self._blocks
+        long = self.reservation is not None and not pending.bounded.get(project)
         for accelerator, per_worker, workers in pending.demand.get(project, ()):
-            if self.may_fit_shape(accelerator, per_worker, workers, long):
+            found = cached.get((accelerator, per_worker, long))
+            if found is None:
+                found = self.blocks(accelerator, per_worker, long)
+            if found >= workers:
                 return True
         return False
 
