@@ -42,13 +42,17 @@ def find_victims(cycle: Cycle, job: Job, candidates: Iterable[Running]) -> Preem
     probe = cycle.probe(released=True)
     long = probe.reservation is not None and not is_short(job, probe.reservation, cycle.snap.now)
     chosen: list[Running] = []
-    freed = probe.free_total(job.accelerator)
     nodes = None
+    # Worker slots are counted on the side; the candidates are put on the probe (and a
+    # placement tried) only once there could be enough of them.
+    counter = _SlotCounter(probe, job, long)
+    batch: list[Running] = []
     for run in candidates:
-        probe.release(run)
         chosen.append(run)
-        freed += run.job.demand
-        if freed >= job.demand and probe.may_fit(job, long):
+        batch.append(run)
+        if counter.release(run):
+            probe.release_all(batch)
+            batch, counter.freed = [], {}
             nodes = place(probe, job, long)
             if nodes is not None:
                 break
@@ -69,17 +73,35 @@ def could_free_room(cycle: Cycle, job: Job, runs: Iterable[Running]) -> bool:
     """Would freeing all of `runs` leave enough per_worker-sized blocks for the job? A cheap
     necessary condition (domains and reservations aside) to try before `find_victims`, whose
     walk costs a probe step per candidate."""
-    base = cycle.after_release() if cycle.releasing else cycle
-    per = job.resources.per_worker
-    extra: dict[int, int] = {}
-    for run in runs:
+    counter = _SlotCounter(cycle.after_release() if cycle.releasing else cycle, job, False)
+    return counter.enough() or any(counter.release(run) for run in runs)
+
+
+class _SlotCounter:
+    """Free worker slots of a job's size on a cycle, as running jobs are released on the side
+    (without changing the cycle)."""
+
+    __slots__ = ("free", "held", "per", "need", "slots", "freed")
+
+    def __init__(self, cycle: Cycle, job: Job, long: bool):
+        self.free = cycle.free
+        self.held = cycle.reservation.held if long and cycle.reservation is not None else {}
+        self.per, self.need = job.per_worker, job.gang
+        self.slots = cycle.blocks(job.accelerator, self.per, long)
+        self.freed: dict[int, int] = {}  # node -> accelerators released, not in `free`
+
+    def enough(self) -> bool:
+        return self.slots >= self.need
+
+    def release(self, run: Running) -> bool:
+        """Count a run's accelerators as free; True when there are enough slots."""
+        free, held, freed, per = self.free, self.held, self.freed, self.per
+        more = run.job.per_worker
         for i in run.nodes:
-            extra[i] = extra.get(i, 0) + run.job.resources.per_worker
-    blocks = base.blocks(job.accelerator, per, long=False)
-    free = base.free
-    for i, more in extra.items():
-        blocks += (free[i] + more) // per - free[i] // per
-    return blocks >= job.resources.gang
+            before = max(0, free[i] + freed.get(i, 0) - held.get(i, 0))
+            freed[i] = freed.get(i, 0) + more
+            self.slots += (before + more) // per - before // per
+        return self.slots >= self.need
 
 
 def place_after_release(cycle: Cycle, job: Job) -> tuple[int, ...] | None:
