@@ -15,6 +15,8 @@ from collections import Counter
 from collections.abc import Iterator
 from itertools import takewhile
 
+from sortedcontainers import SortedKeyList
+
 from corral.core.cycle import Cycle
 from corral.core.model import Job, Running
 from corral.core.policy import Policy
@@ -35,40 +37,51 @@ class Fair(Policy):
         # sure to be first in line for the capacity it frees; otherwise a borrower ranked
         # ahead of it could take that capacity back and the two would trade places forever.
         seen: set[str] = set()
+        answers = _Answers(self, cycle)
         cycle.scratch["fair.reclaim"] = True
-        yield from self._pass(cycle, seen, within=True)
+        yield from self._pass(cycle, seen, answers, within=True)
         cycle.scratch["fair.reclaim"] = False
-        yield from self._pass(cycle, seen, within=False)
+        answers.new_pass()
+        yield from self._pass(cycle, seen, answers, within=False)
 
-    def _pass(self, cycle: Cycle, seen: set[str], within: bool) -> Iterator[Job]:
-        by_user = cycle.snap.pending.by_user
-        queues = {
-            p: _ProjectQueue(users)
-            for p, users in by_user.items()
-            if self._worth_a_look(cycle, p, within)
-        }
-        heap = [self._project_key(cycle, p, q.peek()) for p, q in queues.items()]
+    def _pass(self, cycle: Cycle, seen: set[str], answers: _Answers, within: bool) -> Iterator[Job]:
+        # A heap merge of the projects' queues by key. Most jobs popped are passed over: they
+        # change nothing, so the answers about them are memoised until the next yield (see
+        # _Answers), and a project whose next key is still the smallest goes on at once.
+        queues: dict[str, _UserQueue | _ProjectQueue] = {}
+        heap = []
+        for project, users in cycle.snap.pending.by_user.items():
+            if self._worth_a_look(cycle, project, within, answers):
+                queue = queues[project] = _queue_of(users)
+                heap.append(answers.key(project, queue.peek()))
         heapq.heapify(heap)
-        while heap:
-            project = heapq.heappop(heap)[-1]
+        top = heapq.heappop(heap) if heap else None
+        while top is not None:
+            project = top[-1]
             queue = queues[project]
-            progress = self._may_progress(cycle, project)
-            if not progress and cycle.reserver is not None:
-                continue  # nothing of this project can start now: the rest get derived reasons
-            job = queue.pop()
-            if job.id not in seen:
-                if within and not cycle.within_guarantee(job):
-                    continue  # the project's first job beyond its guarantee ends its pass
+            progress = answers.may_progress(project)
+            # Without progress, nothing of the project can start now: once a reserver is
+            # chosen the rest get derived reasons; before, its next job may still reserve.
+            keep = progress or cycle.reserver is None
+            if keep:
+                job = queue.pop()
+                if job.id in seen:
+                    pass
+                elif within and not answers.within_guarantee(job):
+                    keep = False  # the project's first job beyond its guarantee ends its pass
                 # A job that can do nothing now is passed over (its reason is derived), unless
                 # it is the first blocked one allowed the reservation (rule 6).
-                if (progress and self._may_act(cycle, job)) or (
-                    cycle.reserver is None and self.may_reserve(cycle, job)
+                elif (progress and answers.may_act(job)) or (
+                    cycle.reserver is None and answers.may_reserve(job)
                 ):
                     seen.add(job.id)
                     yield job
-            head = queue.peek()
-            if progress and head is not None:
-                heapq.heappush(heap, self._project_key(cycle, project, head))
+                    answers.after_yield()
+            head = queue.peek() if keep and progress else None
+            if head is not None:  # push and pop at once: no heap change if still the smallest
+                top = heapq.heappushpop(heap, answers.key(project, head))
+            else:
+                top = heapq.heappop(heap) if heap else None
 
     def _may_act(self, cycle: Cycle, job: Job) -> bool:
         """Might the job start or preempt now? Cheap and conservative (reservations and
@@ -89,14 +102,14 @@ class Fair(Policy):
             and (job.project, shape, job.priority) not in scratch.get("fair.outrank_failed", ())
         )
 
-    def _worth_a_look(self, cycle: Cycle, project: str, within: bool) -> bool:
+    def _worth_a_look(self, cycle: Cycle, project: str, within: bool, answers: _Answers) -> bool:
         """May the project's jobs do anything in this pass? (What it may do only shrinks as
         the pass goes on, so a project left out now would be skipped later anyway.)"""
         if not within:
-            return self._may_progress(cycle, project)
+            return answers.may_progress(project)
         if not self._has_room(cycle, project):
             return False
-        return cycle.reserver is None or self._may_progress(cycle, project)
+        return cycle.reserver is None or answers.may_progress(project)
 
     def _has_room(self, cycle: Cycle, project: str) -> bool:
         """Does some pending job of the project fit within its guarantee?"""
@@ -106,23 +119,16 @@ class Fair(Policy):
                 return True
         return False
 
-    def _project_key(self, cycle: Cycle, project: str, head: Job) -> tuple:
+    def _key_head(self, cycle: Cycle, project: str, accel: str, demand: int) -> tuple:
+        """The part of a project's key that its head job's type and demand set: rule 3."""
         guaranteed = project in cycle.snap.guarantee
         usage = cycle.usage.get(project, {})
-        ratio = 0.0
-        for accel in set(usage) | {head.accelerator}:
-            extra = head.demand if accel == head.accelerator else 0
-            ratio = max(ratio, cycle.ratio(project, accel, extra))
         if not guaranteed:  # leftovers only: share them by what each already holds
-            ratio = sum(usage.values()) + head.demand
-        return (not guaranteed, ratio, head.submit_time, project)
-
-    def _may_progress(self, cycle: Cycle, project: str) -> bool:
-        return (
-            cycle.may_fit_project(project)
-            or self._may_reclaim(cycle, project)
-            or self._may_outrank(cycle, project)
-        )
+            return (True, sum(usage.values()) + demand)
+        ratio = 0.0
+        for other in set(usage) | {accel}:
+            ratio = max(ratio, cycle.ratio(project, other, demand if other == accel else 0))
+        return (False, ratio)
 
     def _may_reclaim(self, cycle: Cycle, project: str) -> bool:
         """Might a job of the project reclaim now: in the first pass, within its guarantee,
@@ -266,7 +272,10 @@ class Fair(Policy):
                 continue
             held = cycle.held(project, accel)
             floor = snap.guarantee_of(project, accel) - 1e-9
+            smallest = min(snap.preemptible_sizes[accel][project])
             for run in runs:
+                if held - smallest < floor:
+                    break  # no job left is small enough to lose (held only shrinks)
                 if held - run.job.demand >= floor and self._eligible(cycle, run):
                     held -= run.job.demand
                     yield run
@@ -317,4 +326,147 @@ class _ProjectQueue:
         *_, user, job = heapq.heappop(self.heap)
         self.ahead[user] += job.demand
         self._push(user)
+        return job
+
+
+class _Answers:
+    """The walk's questions about projects and kinds of job, each answered once while what
+    they read stays the same. Only decide's handling of a yielded job changes the cycle's
+    state; a job passed over changes nothing. `after_yield` forgets what the handling may
+    have changed, `new_pass` what the reclaim flag decides."""
+
+    __slots__ = (
+        "fair",
+        "cycle",
+        "mark",
+        "outranks",
+        "fits",
+        "heads",
+        "within",
+        "reserve",
+        "progress",
+        "reclaims",
+        "act",
+    )
+
+    def __init__(self, fair: Fair, cycle: Cycle):
+        self.fair, self.cycle = fair, cycle
+        self.mark = self._mark()
+        # The snapshot's running jobs and queue do not change during a cycle: nor does this.
+        self.outranks: dict[str, bool] = {}
+        self._capacity_changed()
+
+    def _mark(self) -> tuple:
+        """What decide leaves behind whenever it changes capacity or usage: each admission,
+        promise and preemption is in the decision (a start, or the job's reason), and a
+        reservation is the cycle's. (Limit reasons change nothing but are counted too.)"""
+        decision, cycle = self.cycle.decision, self.cycle
+        return (
+            len(decision.starts),
+            len(decision.reasons),
+            len(cycle.releasing),
+            cycle.reservation,
+        )
+
+    def after_yield(self) -> None:
+        mark = self._mark()
+        if mark != self.mark:
+            self.mark = mark
+            self._capacity_changed()
+        else:  # a victim search may have failed, which rules out reclaim or outrank
+            self.new_pass()
+
+    def _capacity_changed(self) -> None:
+        self.fits: dict[str, bool] = {}
+        self.heads: dict[tuple, tuple] = {}
+        self.within: dict[tuple, bool] = {}
+        self.reserve: dict[tuple, bool] = {}
+        self.new_pass()
+
+    def new_pass(self) -> None:
+        """Forget what the reclaim flag and failed victim searches decide."""
+        self.progress: dict[str, bool] = {}
+        self.reclaims: dict[str, bool] = {}
+        self.act: dict[tuple, bool] = {}
+
+    def key(self, project: str, head: Job) -> tuple:
+        """The project's place in the heap with `head` as its next job."""
+        which = (project, head.accelerator, head.demand)
+        part = self.heads.get(which)
+        if part is None:
+            part = self.heads[which] = self.fair._key_head(self.cycle, *which)
+        return (part[0], part[1], head.submit_time, project)
+
+    def may_progress(self, project: str) -> bool:
+        """Might any job of the project start, reclaim or outrank now?"""
+        found = self.progress.get(project)
+        if found is None:
+            found = self.progress[project] = (
+                self.may_fit(project) or self.may_reclaim(project) or self.may_outrank(project)
+            )
+        return found
+
+    def may_fit(self, project: str) -> bool:
+        found = self.fits.get(project)
+        if found is None:
+            found = self.fits[project] = self.cycle.may_fit_project(project)
+        return found
+
+    def may_reclaim(self, project: str) -> bool:
+        found = self.reclaims.get(project)
+        if found is None:
+            found = self.reclaims[project] = self.fair._may_reclaim(self.cycle, project)
+        return found
+
+    def may_outrank(self, project: str) -> bool:
+        found = self.outranks.get(project)
+        if found is None:
+            found = self.outranks[project] = self.fair._may_outrank(self.cycle, project)
+        return found
+
+    def within_guarantee(self, job: Job) -> bool:
+        which = (job.project, job.accelerator, job.demand)
+        found = self.within.get(which)
+        if found is None:
+            found = self.within[which] = self.cycle.within_guarantee(job)
+        return found
+
+    def may_act(self, job: Job) -> bool:
+        r = job.resources
+        which = (job.project, r.accelerator, r.per_worker, r.gang, job.priority)
+        found = self.act.get(which)
+        if found is None:
+            found = self.act[which] = self.fair._may_act(self.cycle, job)
+        return found
+
+    def may_reserve(self, job: Job) -> bool:
+        which = (job.project, job.accelerator, job.demand)
+        found = self.reserve.get(which)
+        if found is None:
+            found = self.reserve[which] = self.fair.may_reserve(self.cycle, job)
+        return found
+
+
+def _queue_of(users: dict[str, SortedKeyList]) -> _UserQueue | _ProjectQueue:
+    if len(users) == 1:  # one user: no round-robin, its queue is already in order
+        (jobs,) = users.values()
+        return _UserQueue(jobs)
+    return _ProjectQueue(users)
+
+
+class _UserQueue:
+    """A project's pending jobs when they all belong to one user: that user's queue."""
+
+    __slots__ = ("jobs", "head")
+
+    def __init__(self, jobs: SortedKeyList):
+        self.jobs = iter(jobs)
+        self.head = next(self.jobs, None)
+
+    def peek(self) -> Job | None:
+        return self.head
+
+    def pop(self) -> Job:
+        job = self.head
+        self.head = next(self.jobs, None)
         return job
