@@ -23,8 +23,9 @@ from corral.policies.fair import Fair, _Answers, _ProjectQueue
 
 
 class Plain(Fair):
-    """Fair as the rules state it: every answer asked afresh, every project through the heap,
-    every queue merged across users, every search that could free room tried."""
+    """Fair as the rules state it: every answer asked afresh and in full, every project
+    through the heap, every queue merged across users, every search that could free room
+    tried."""
 
     def order(self, cycle: Cycle):
         seen: set[str] = set()
@@ -68,6 +69,15 @@ class Plain(Fair):
             or self._may_reclaim(cycle, project)
             or self._may_outrank(cycle, project)
         )
+
+    def _has_room(self, cycle: Cycle, project: str) -> bool:
+        shapes = cycle.snap.pending.demand.get(project, ())
+        return any(cycle.room_within(project, a, p * w) for a, p, w in shapes)
+
+    def _may_outrank(self, cycle: Cycle, project: str) -> bool:
+        running = cycle.snap.running_priorities.get(project)
+        users = cycle.snap.pending.by_user[project]
+        return bool(running) and max(jobs[0].priority for jobs in users.values()) > min(running)
 
     def _key(self, cycle: Cycle, project: str, head: Job) -> tuple:
         guaranteed, ratio = self._key_head(cycle, project, head.accelerator, head.demand)

@@ -113,12 +113,14 @@ class Fair(Policy):
         return cycle.reserver is None or answers.may_progress(project)
 
     def _has_room(self, cycle: Cycle, project: str) -> bool:
-        """Does some pending job of the project fit within its guarantee?"""
+        """Does some pending job of the project fit within its guarantee? (Its smallest job
+        of each type is enough to ask about.)"""
+        least: dict[str, int] = {}
         for accel, per_worker, workers in cycle.snap.pending.demand.get(project, ()):
             need = per_worker * workers
-            if cycle.room_within(project, accel, need):
-                return True
-        return False
+            if need < least.get(accel, need + 1):
+                least[accel] = need
+        return any(cycle.room_within(project, accel, need) for accel, need in least.items())
 
     def _key_head(self, cycle: Cycle, project: str, accel: str, demand: int) -> tuple:
         """The part of a project's key that its head job's type and demand set: rule 3."""
@@ -150,17 +152,13 @@ class Fair(Policy):
         return False
 
     def _may_outrank(self, cycle: Cycle, project: str) -> bool:
+        """Does a user's first pending job outrank one of the project's running jobs?"""
         running = cycle.snap.running_priorities.get(project)
         if not running:
             return False
-        tops = cycle.scratch.get("fair.top")
-        if tops is None:  # each project's highest pending priority: fixed during a cycle
-            tops = cycle.scratch["fair.top"] = {}
-        top = tops.get(project)
-        if top is None:
-            users = cycle.snap.pending.by_user.get(project, {})
-            top = tops[project] = max(jobs[0].priority for jobs in users.values())
-        return top > min(running)
+        lowest = min(running)
+        users = cycle.snap.pending.by_user.get(project, {})
+        return any(jobs[0].priority > lowest for jobs in users.values())
 
     def may_preempt_for(self, cycle: Cycle, job: Job) -> bool:
         reclaim = cycle.within_guarantee(job) and self._reclaim_bound(cycle, job) >= job.demand
