@@ -15,10 +15,13 @@ from collections import Counter
 from collections.abc import Iterator
 from itertools import takewhile
 
+from sortedcontainers import SortedKeyList
+
 from corral.core.cycle import Cycle
 from corral.core.model import Job, Running
 from corral.core.policy import Policy
 from corral.core.preempt import Preemption, could_free_room, eligible, find_victims
+from corral.core.reserve import is_short
 from corral.core.snapshot import shape_of
 
 INF = float("inf")
@@ -35,40 +38,51 @@ class Fair(Policy):
         # sure to be first in line for the capacity it frees; otherwise a borrower ranked
         # ahead of it could take that capacity back and the two would trade places forever.
         seen: set[str] = set()
+        answers = _Answers(self, cycle)
         cycle.scratch["fair.reclaim"] = True
-        yield from self._pass(cycle, seen, within=True)
+        yield from self._pass(cycle, seen, answers, within=True)
         cycle.scratch["fair.reclaim"] = False
-        yield from self._pass(cycle, seen, within=False)
+        answers.new_pass()
+        yield from self._pass(cycle, seen, answers, within=False)
 
-    def _pass(self, cycle: Cycle, seen: set[str], within: bool) -> Iterator[Job]:
-        by_user = cycle.snap.pending.by_user
-        queues = {
-            p: _ProjectQueue(users)
-            for p, users in by_user.items()
-            if self._worth_a_look(cycle, p, within)
-        }
-        heap = [self._project_key(cycle, p, q.peek()) for p, q in queues.items()]
+    def _pass(self, cycle: Cycle, seen: set[str], answers: _Answers, within: bool) -> Iterator[Job]:
+        # A heap merge of the projects' queues by key. Most jobs popped are passed over: they
+        # change nothing, so the answers about them are memoised until the next yield (see
+        # _Answers), and a project whose next key is still the smallest goes on at once.
+        queues: dict[str, _UserQueue | _ProjectQueue] = {}
+        heap = []
+        for project, users in cycle.snap.pending.by_user.items():
+            if self._worth_a_look(cycle, project, within, answers):
+                queue = queues[project] = _queue_of(users)
+                heap.append(answers.key(project, queue.peek()))
         heapq.heapify(heap)
-        while heap:
-            project = heapq.heappop(heap)[-1]
+        top = heapq.heappop(heap) if heap else None
+        while top is not None:
+            project = top[-1]
             queue = queues[project]
-            progress = self._may_progress(cycle, project)
-            if not progress and cycle.reserver is not None:
-                continue  # nothing of this project can start now: the rest get derived reasons
-            job = queue.pop()
-            if job.id not in seen:
-                if within and not cycle.within_guarantee(job):
-                    continue  # the project's first job beyond its guarantee ends its pass
+            progress = answers.may_progress(project)
+            # Without progress, nothing of the project can start now: once a reserver is
+            # chosen the rest get derived reasons; before, its next job may still reserve.
+            keep = progress or cycle.reserver is None
+            if keep:
+                job = queue.pop()
+                if job.id in seen:
+                    pass
+                elif within and not answers.within_guarantee(job):
+                    keep = False  # the project's first job beyond its guarantee ends its pass
                 # A job that can do nothing now is passed over (its reason is derived), unless
                 # it is the first blocked one allowed the reservation (rule 6).
-                if (progress and self._may_act(cycle, job)) or (
-                    cycle.reserver is None and self.may_reserve(cycle, job)
+                elif (progress and answers.may_act(job)) or (
+                    cycle.reserver is None and answers.may_reserve(job)
                 ):
                     seen.add(job.id)
                     yield job
-            head = queue.peek()
-            if progress and head is not None:
-                heapq.heappush(heap, self._project_key(cycle, project, head))
+                    answers.after_yield()
+            head = queue.peek() if keep and progress else None
+            if head is not None:  # push and pop at once: no heap change if still the smallest
+                top = heapq.heappushpop(heap, answers.key(project, head))
+            else:
+                top = heapq.heappop(heap) if heap else None
 
     def _may_act(self, cycle: Cycle, job: Job) -> bool:
         """Might the job start or preempt now? Cheap and conservative (reservations and
@@ -89,40 +103,35 @@ class Fair(Policy):
             and (job.project, shape, job.priority) not in scratch.get("fair.outrank_failed", ())
         )
 
-    def _worth_a_look(self, cycle: Cycle, project: str, within: bool) -> bool:
+    def _worth_a_look(self, cycle: Cycle, project: str, within: bool, answers: _Answers) -> bool:
         """May the project's jobs do anything in this pass? (What it may do only shrinks as
         the pass goes on, so a project left out now would be skipped later anyway.)"""
         if not within:
-            return self._may_progress(cycle, project)
+            return answers.may_progress(project)
         if not self._has_room(cycle, project):
             return False
-        return cycle.reserver is None or self._may_progress(cycle, project)
+        return cycle.reserver is None or answers.may_progress(project)
 
     def _has_room(self, cycle: Cycle, project: str) -> bool:
-        """Does some pending job of the project fit within its guarantee?"""
+        """Does some pending job of the project fit within its guarantee? (Its smallest job
+        of each type is enough to ask about.)"""
+        least: dict[str, int] = {}
         for accel, per_worker, workers in cycle.snap.pending.demand.get(project, ()):
             need = per_worker * workers
-            if cycle.room_within(project, accel, need):
-                return True
-        return False
+            if need < least.get(accel, need + 1):
+                least[accel] = need
+        return any(cycle.room_within(project, accel, need) for accel, need in least.items())
 
-    def _project_key(self, cycle: Cycle, project: str, head: Job) -> tuple:
+    def _key_head(self, cycle: Cycle, project: str, accel: str, demand: int) -> tuple:
+        """The part of a project's key that its head job's type and demand set: rule 3."""
         guaranteed = project in cycle.snap.guarantee
         usage = cycle.usage.get(project, {})
-        ratio = 0.0
-        for accel in set(usage) | {head.accelerator}:
-            extra = head.demand if accel == head.accelerator else 0
-            ratio = max(ratio, cycle.ratio(project, accel, extra))
         if not guaranteed:  # leftovers only: share them by what each already holds
-            ratio = sum(usage.values()) + head.demand
-        return (not guaranteed, ratio, head.submit_time, project)
-
-    def _may_progress(self, cycle: Cycle, project: str) -> bool:
-        return (
-            cycle.may_fit_project(project)
-            or self._may_reclaim(cycle, project)
-            or self._may_outrank(cycle, project)
-        )
+            return (True, sum(usage.values()) + demand)
+        ratio = 0.0
+        for other in set(usage) | {accel}:
+            ratio = max(ratio, cycle.ratio(project, other, demand if other == accel else 0))
+        return (False, ratio)
 
     def _may_reclaim(self, cycle: Cycle, project: str) -> bool:
         """Might a job of the project reclaim now: in the first pass, within its guarantee,
@@ -143,17 +152,13 @@ class Fair(Policy):
         return False
 
     def _may_outrank(self, cycle: Cycle, project: str) -> bool:
+        """Does a user's first pending job outrank one of the project's running jobs?"""
         running = cycle.snap.running_priorities.get(project)
         if not running:
             return False
-        tops = cycle.scratch.get("fair.top")
-        if tops is None:  # each project's highest pending priority: fixed during a cycle
-            tops = cycle.scratch["fair.top"] = {}
-        top = tops.get(project)
-        if top is None:
-            users = cycle.snap.pending.by_user.get(project, {})
-            top = tops[project] = max(jobs[0].priority for jobs in users.values())
-        return top > min(running)
+        lowest = min(running)
+        users = cycle.snap.pending.by_user.get(project, {})
+        return any(jobs[0].priority > lowest for jobs in users.values())
 
     def may_preempt_for(self, cycle: Cycle, job: Job) -> bool:
         reclaim = cycle.within_guarantee(job) and self._reclaim_bound(cycle, job) >= job.demand
@@ -187,7 +192,7 @@ class Fair(Policy):
             return None
         outranked = self._outranked(cycle, job)
         found = None
-        if outranked and could_free_room(cycle, job, outranked):
+        if outranked and _could_make_room(cycle, job, outranked):
             found = find_victims(cycle, job, outranked)
         if found and self._swap_allowed(cycle, job, found.victims):
             found.why = f"preempted by higher-priority job {job.name} of project {job.project}"
@@ -198,7 +203,7 @@ class Fair(Policy):
     def _reclaim(self, cycle: Cycle, job: Job) -> Preemption | None:
         if self._reclaim_bound(cycle, job) < job.demand:
             return None
-        if not could_free_room(cycle, job, self._all_reclaimable(cycle, job)):
+        if not _could_make_room(cycle, job, list(self._all_reclaimable(cycle, job))):
             return None
         found = find_victims(cycle, job, self._reclaimable(cycle, job))
         if found:
@@ -266,7 +271,10 @@ class Fair(Policy):
                 continue
             held = cycle.held(project, accel)
             floor = snap.guarantee_of(project, accel) - 1e-9
+            smallest = min(snap.preemptible_sizes[accel][project])
             for run in runs:
+                if held - smallest < floor:
+                    break  # no job left is small enough to lose (held only shrinks)
                 if held - run.job.demand >= floor and self._eligible(cycle, run):
                     held -= run.job.demand
                     yield run
@@ -285,6 +293,33 @@ class Fair(Policy):
         return after <= cycle.snap.guarantee_of(job.project, job.accelerator) + 1e-9 or (
             freed >= job.demand
         )
+
+
+def _could_make_room(cycle: Cycle, job: Job, runs: list[Running]) -> bool:
+    """Cheap necessary conditions for find_victims to find room among `runs`."""
+    return could_free_room(cycle, job, runs) and _room_beside_reservation(cycle, job, runs)
+
+
+def _room_beside_reservation(cycle: Cycle, job: Job, runs: list[Running]) -> bool:
+    """could_free_room, for a job that outlasts the reservation: find_victims keeps the held
+    accelerators held, so count only what is beside them (per node, free after the stopping
+    jobs and `runs` are gone, less what is held). Without this, a big job blocked behind a
+    reservation would search every candidate in vain each cycle."""
+    reservation = cycle.reservation
+    if reservation is None or is_short(job, reservation, cycle.snap.now):
+        return True
+    base = cycle.after_release() if cycle.releasing else cycle
+    per = job.resources.per_worker
+    more: dict[int, int] = {}
+    for run in runs:
+        for i in run.nodes:
+            more[i] = more.get(i, 0) + run.job.resources.per_worker
+    blocks = base.blocks(job.accelerator, per, long=True)
+    free, held = base.free, reservation.held
+    for i, extra in more.items():
+        beside = free[i] - held.get(i, 0)
+        blocks += max(0, beside + extra) // per - max(0, beside) // per
+    return blocks >= job.resources.gang
 
 
 def _ratio(held: float, guarantee: float) -> float:
@@ -317,4 +352,147 @@ class _ProjectQueue:
         *_, user, job = heapq.heappop(self.heap)
         self.ahead[user] += job.demand
         self._push(user)
+        return job
+
+
+class _Answers:
+    """The walk's questions about projects and kinds of job, each answered once while what
+    they read stays the same. Only decide's handling of a yielded job changes the cycle's
+    state; a job passed over changes nothing. `after_yield` forgets what the handling may
+    have changed, `new_pass` what the reclaim flag decides."""
+
+    __slots__ = (
+        "fair",
+        "cycle",
+        "mark",
+        "outranks",
+        "fits",
+        "heads",
+        "within",
+        "reserve",
+        "progress",
+        "reclaims",
+        "act",
+    )
+
+    def __init__(self, fair: Fair, cycle: Cycle):
+        self.fair, self.cycle = fair, cycle
+        self.mark = self._mark()
+        # The snapshot's running jobs and queue do not change during a cycle: nor does this.
+        self.outranks: dict[str, bool] = {}
+        self._capacity_changed()
+
+    def _mark(self) -> tuple:
+        """What decide leaves behind whenever it changes capacity or usage: each admission,
+        promise and preemption is in the decision (a start, or the job's reason), and a
+        reservation is the cycle's. (Limit reasons change nothing but are counted too.)"""
+        decision, cycle = self.cycle.decision, self.cycle
+        return (
+            len(decision.starts),
+            len(decision.reasons),
+            len(cycle.releasing),
+            cycle.reservation,
+        )
+
+    def after_yield(self) -> None:
+        mark = self._mark()
+        if mark != self.mark:
+            self.mark = mark
+            self._capacity_changed()
+        else:  # a victim search may have failed, which rules out reclaim or outrank
+            self.new_pass()
+
+    def _capacity_changed(self) -> None:
+        self.fits: dict[str, bool] = {}
+        self.heads: dict[tuple, tuple] = {}
+        self.within: dict[tuple, bool] = {}
+        self.reserve: dict[tuple, bool] = {}
+        self.new_pass()
+
+    def new_pass(self) -> None:
+        """Forget what the reclaim flag and failed victim searches decide."""
+        self.progress: dict[str, bool] = {}
+        self.reclaims: dict[str, bool] = {}
+        self.act: dict[tuple, bool] = {}
+
+    def key(self, project: str, head: Job) -> tuple:
+        """The project's place in the heap with `head` as its next job."""
+        which = (project, head.accelerator, head.demand)
+        part = self.heads.get(which)
+        if part is None:
+            part = self.heads[which] = self.fair._key_head(self.cycle, *which)
+        return (part[0], part[1], head.submit_time, project)
+
+    def may_progress(self, project: str) -> bool:
+        """Might any job of the project start, reclaim or outrank now?"""
+        found = self.progress.get(project)
+        if found is None:
+            found = self.progress[project] = (
+                self.may_fit(project) or self.may_reclaim(project) or self.may_outrank(project)
+            )
+        return found
+
+    def may_fit(self, project: str) -> bool:
+        found = self.fits.get(project)
+        if found is None:
+            found = self.fits[project] = self.cycle.may_fit_project(project)
+        return found
+
+    def may_reclaim(self, project: str) -> bool:
+        found = self.reclaims.get(project)
+        if found is None:
+            found = self.reclaims[project] = self.fair._may_reclaim(self.cycle, project)
+        return found
+
+    def may_outrank(self, project: str) -> bool:
+        found = self.outranks.get(project)
+        if found is None:
+            found = self.outranks[project] = self.fair._may_outrank(self.cycle, project)
+        return found
+
+    def within_guarantee(self, job: Job) -> bool:
+        which = (job.project, job.accelerator, job.demand)
+        found = self.within.get(which)
+        if found is None:
+            found = self.within[which] = self.cycle.within_guarantee(job)
+        return found
+
+    def may_act(self, job: Job) -> bool:
+        r = job.resources
+        which = (job.project, r.accelerator, r.per_worker, r.gang, job.priority)
+        found = self.act.get(which)
+        if found is None:
+            found = self.act[which] = self.fair._may_act(self.cycle, job)
+        return found
+
+    def may_reserve(self, job: Job) -> bool:
+        which = (job.project, job.accelerator, job.demand)
+        found = self.reserve.get(which)
+        if found is None:
+            found = self.reserve[which] = self.fair.may_reserve(self.cycle, job)
+        return found
+
+
+def _queue_of(users: dict[str, SortedKeyList]) -> _UserQueue | _ProjectQueue:
+    if len(users) == 1:  # one user: no round-robin, its queue is already in order
+        (jobs,) = users.values()
+        return _UserQueue(jobs)
+    return _ProjectQueue(users)
+
+
+class _UserQueue:
+    """A project's pending jobs when they all belong to one user: that user's queue."""
+
+    __slots__ = ("jobs", "head")
+
+    def __init__(self, jobs: SortedKeyList):
+        self.jobs = iter(jobs)
+        self.head = next(self.jobs, None)
+
+    def peek(self) -> Job | None:
+        return self.head
+
+    def pop(self) -> Job:
+        job = self.head
+        self.head = next(self.jobs, None)
         return job
