@@ -70,10 +70,13 @@ def find_victims(cycle: Cycle, job: Job, candidates: Iterable[Running]) -> Preem
 
 
 def could_free_room(cycle: Cycle, job: Job, runs: Iterable[Running]) -> bool:
-    """Would freeing all of `runs` leave enough per_worker-sized blocks for the job? A cheap
-    necessary condition (domains and reservations aside) to try before `find_victims`, whose
-    walk costs a probe step per candidate."""
-    counter = _SlotCounter(cycle.after_release() if cycle.releasing else cycle, job, False)
+    """Would freeing all of `runs` leave enough per_worker-sized blocks for the job, beside
+    capacity held for a reservation it outlasts (find_victims never lands on that)? A cheap
+    necessary condition (domains aside) to try before `find_victims`, whose walk costs a
+    probe step per candidate."""
+    res = cycle.reservation
+    long = res is not None and not is_short(job, res, cycle.snap.now)
+    counter = _SlotCounter(cycle.after_release() if cycle.releasing else cycle, job, long)
     return counter.enough() or any(counter.release(run) for run in runs)
 
 

@@ -21,7 +21,6 @@ from corral.core.cycle import Cycle
 from corral.core.model import Job, Running
 from corral.core.policy import Policy
 from corral.core.preempt import Preemption, could_free_room, eligible, find_victims
-from corral.core.reserve import is_short
 from corral.core.snapshot import shape_of
 
 INF = float("inf")
@@ -192,7 +191,7 @@ class Fair(Policy):
             return None
         outranked = self._outranked(cycle, job)
         found = None
-        if outranked and _could_make_room(cycle, job, outranked):
+        if outranked and could_free_room(cycle, job, outranked):
             found = find_victims(cycle, job, outranked)
         if found and self._swap_allowed(cycle, job, found.victims):
             found.why = f"preempted by higher-priority job {job.name} of project {job.project}"
@@ -203,7 +202,7 @@ class Fair(Policy):
     def _reclaim(self, cycle: Cycle, job: Job) -> Preemption | None:
         if self._reclaim_bound(cycle, job) < job.demand:
             return None
-        if not _could_make_room(cycle, job, list(self._all_reclaimable(cycle, job))):
+        if not could_free_room(cycle, job, list(self._all_reclaimable(cycle, job))):
             return None
         found = find_victims(cycle, job, self._reclaimable(cycle, job))
         if found:
@@ -293,33 +292,6 @@ class Fair(Policy):
         return after <= cycle.snap.guarantee_of(job.project, job.accelerator) + 1e-9 or (
             freed >= job.demand
         )
-
-
-def _could_make_room(cycle: Cycle, job: Job, runs: list[Running]) -> bool:
-    """Cheap necessary conditions for find_victims to find room among `runs`."""
-    return could_free_room(cycle, job, runs) and _room_beside_reservation(cycle, job, runs)
-
-
-def _room_beside_reservation(cycle: Cycle, job: Job, runs: list[Running]) -> bool:
-    """could_free_room, for a job that outlasts the reservation: find_victims keeps the held
-    accelerators held, so count only what is beside them (per node, free after the stopping
-    jobs and `runs` are gone, less what is held). Without this, a big job blocked behind a
-    reservation would search every candidate in vain each cycle."""
-    reservation = cycle.reservation
-    if reservation is None or is_short(job, reservation, cycle.snap.now):
-        return True
-    base = cycle.after_release() if cycle.releasing else cycle
-    per = job.resources.per_worker
-    more: dict[int, int] = {}
-    for run in runs:
-        for i in run.nodes:
-            more[i] = more.get(i, 0) + run.job.resources.per_worker
-    blocks = base.blocks(job.accelerator, per, long=True)
-    free, held = base.free, reservation.held
-    for i, extra in more.items():
-        beside = free[i] - held.get(i, 0)
-        blocks += max(0, beside + extra) // per - max(0, beside) // per
-    return blocks >= job.resources.gang
 
 
 def _ratio(held: float, guarantee: float) -> float:
