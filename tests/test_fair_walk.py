@@ -4,8 +4,8 @@
 stays first in the heap, and walks a one-user project's queue directly; `Fair.victims` skips
 searches that could not make room beside a reservation. `Plain` below is the walk without any
 of that (as it was before the shortcuts): both must give the same event log on busy
-scenarios. The memo relies on decide leaving a mark (a start, a reason, a stopping job or a
-new reservation) whenever it changes capacity or usage; the last test checks that it does.
+scenarios. The memo relies on `Cycle.changes` moving whenever decide changes capacity, usage
+or the reservation; the last test checks that it does.
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ def _state(cycle: Cycle) -> tuple:
 
 
 class Watching(Fair):
-    """Fair that checks, around each job it yields, that decide leaves a mark whenever it
+    """Fair that checks, around each job it yields, that `Cycle.changes` moves whenever decide
     changes the free map, usage or reservation."""
 
     changes = 0

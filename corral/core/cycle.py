@@ -51,6 +51,7 @@ class Cycle:
         "admitted",
         "started",
         "_after",
+        "changes",
     )
 
     def __init__(self, snap: Snapshot, spread: bool = False):
@@ -82,6 +83,9 @@ class Cycle:
         self.scratch: dict[str, object] = {}  # per-cycle memo of policies
         self.admitted: dict[str, int] = {}  # accelerators started by this cycle, per type
         self.started: list[Running] = []  # jobs this cycle starts
+        # Counts admissions, preemptions, promises and the reservation: a policy may keep
+        # answers within a cycle while this stays the same (nothing else changes capacity).
+        self.changes = 0
 
     def probe(self, released: bool = False) -> Cycle:
         """A scratch copy of the free map for what-if placement (preemption, reservation);
@@ -110,6 +114,7 @@ class Cycle:
         other.admitted = self.admitted
         other.started = []
         other._after = None
+        other.changes = 0
         return other
 
     def after_release(self) -> Cycle:
@@ -327,6 +332,7 @@ class Cycle:
         return self.snap.in_use[accel] + self.admitted.get(accel, 0) + job.demand <= cap
 
     def admit(self, job: Job, nodes: tuple[int, ...]) -> None:
+        self.changes += 1
         accel = job.accelerator
         self.admitted[accel] = self.admitted.get(accel, 0) + job.demand
         self.occupy(job, nodes)
@@ -345,6 +351,7 @@ class Cycle:
         yield from self.started
 
     def preempt(self, victims: list[Running], nodes: tuple[int, ...], preemptor: Job, why: str):
+        self.changes += 1
         for run in victims:
             self.victims[run.job.id] = run
             self._releasing(run)
@@ -366,6 +373,7 @@ class Cycle:
         """Hold `nodes` for a job that starts once the stopping jobs are gone: its share counts
         as taken, it takes what they release first and free accelerators for the rest, and an
         exclusive job's domains are closed, so no later job in the cycle leaves it short."""
+        self.changes += 1
         self._add_usage(job.project, job.accelerator, job.demand)
         if self._after is not None:
             self._after.occupy(job, nodes)
@@ -384,6 +392,7 @@ class Cycle:
         self.decision.reasons[job.id] = Reason(code, message)
 
     def reserve(self, reservation: Reservation) -> None:
+        self.changes += 1
         self.reservation = reservation
         self._hist_long.clear()  # availability for long jobs changed
         self._blocks = {key: n for key, n in self._blocks.items() if not key[2]}

@@ -354,17 +354,8 @@ class _Answers:
         self.outranks: dict[str, bool] = {}
         self._capacity_changed()
 
-    def _mark(self) -> tuple:
-        """What decide leaves behind whenever it changes capacity or usage: each admission,
-        promise and preemption is in the decision (a start, or the job's reason), and a
-        reservation is the cycle's. (Limit reasons change nothing but are counted too.)"""
-        decision, cycle = self.cycle.decision, self.cycle
-        return (
-            len(decision.starts),
-            len(decision.reasons),
-            len(cycle.releasing),
-            cycle.reservation,
-        )
+    def _mark(self) -> int:
+        return self.cycle.changes  # see Cycle.changes
 
     def after_yield(self) -> None:
         mark = self._mark()
