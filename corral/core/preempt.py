@@ -99,12 +99,18 @@ class _SlotCounter:
     def release(self, run: Running) -> bool:
         """Count a run's accelerators as free; True when there are enough slots."""
         free, held, freed, per = self.free, self.held, self.freed, self.per
-        more = run.job.per_worker
+        more, slots = run.job.per_worker, self.slots
         for i in run.nodes:
-            before = max(0, free[i] + freed.get(i, 0) - held.get(i, 0))
-            freed[i] = freed.get(i, 0) + more
-            self.slots += (before + more) // per - before // per
-        return self.slots >= self.need
+            already = freed.get(i, 0)
+            freed[i] = already + more
+            before = free[i] + already
+            if held:  # only what is beside held capacity counts
+                beside = before - held.get(i, 0)
+                slots += max(0, beside + more) // per - max(0, beside) // per
+            else:
+                slots += (before + more) // per - before // per
+        self.slots = slots
+        return slots >= self.need
 
 
 def place_after_release(cycle: Cycle, job: Job) -> tuple[int, ...] | None:
