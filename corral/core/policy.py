@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from corral.core.cycle import Cycle
 from corral.core.model import Job
 from corral.core.preempt import Preemption
-from corral.core.snapshot import Snapshot, default_queue_key
+from corral.core.snapshot import RunningKey, Snapshot, default_queue_key
 from corral.formats.types import Node, Quota, SchedulerConfig
 
 
@@ -35,12 +35,23 @@ class Policy:
 
     def snapshot(self, nodes: Sequence[Node], quota: Quota) -> Snapshot:
         """An empty snapshot whose indexes follow this policy's keys."""
-        return Snapshot(nodes, quota, queue_key=self.queue_key, revisit_at=self.revisit_at)
+        return Snapshot(
+            nodes,
+            quota,
+            queue_key=self.queue_key,
+            revisit_at=self.revisit_at,
+            running_keys=self.running_keys(),
+        )
 
     def revisit_at(self, job: Job) -> float | None:
         """When a waiting job's rank changes by itself (None: never). Fixed while it waits;
         the snapshot indexes pending jobs by it (see Las)."""
         return None
+
+    def running_keys(self) -> dict[str, RunningKey]:
+        """Static keys by which the snapshot keeps running jobs sorted for this policy, by name
+        (`Snapshot.running_by`); a key may be None for jobs it leaves out. See Las, Srtf."""
+        return {}
 
     def order(self, cycle: Cycle) -> Iterator[Job]:
         """Pending jobs in the order they may be admitted. May stop early when nothing else

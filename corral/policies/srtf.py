@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from corral.core.cycle import Cycle
 from corral.core.model import Job, Running
-from corral.policies.ranked import RankPolicy
-
-INF = float("inf")
+from corral.core.snapshot import RunningKey
+from corral.policies.ranked import INF, Keep, RankPolicy, slack
 
 
 def remaining(job: Job) -> float:
@@ -30,6 +29,52 @@ class Srtf(RankPolicy):
 
     def running_rank(self, cycle: Cycle, run: Running) -> float:
         return remaining(run.job) - (cycle.snap.now - run.started_at)
+
+    def running_keys(self) -> dict[str, RunningKey]:
+        # end: when a preemptible job will be done; time left now is about end - now.
+        keys = super().running_keys()
+        keys["end"] = lambda run: (
+            run.started_at + remaining(run.job) if run.job.preemptible else None
+        )
+        return keys
+
+    def indexed_worse(
+        self, cycle: Cycle, accelerator: str, rank: float, keep: Keep
+    ) -> list[Running]:
+        entries = cycle.snap.running_by["end"].by_type.get(accelerator)
+        if not entries or rank == INF:
+            return []
+        # Time left is about end - now: only ends this close to now + rank need the exact
+        # formula to tell whether they are worse.
+        now = cycle.snap.now
+        margin = slack(now, rank)
+        surely, lowest = (now + rank) + margin, (now + rank) - margin
+        worse = []
+        for end, _, run in reversed(entries):
+            if end < lowest:
+                break
+            if keep(run) and (end > surely or self.running_rank(cycle, run) > rank):
+                worse.append(run)
+        return worse
+
+    def worst_indexed(self, cycle: Cycle, keep: Keep) -> float | None:
+        worst = None
+        now = cycle.snap.now
+        for entries in cycle.snap.running_by["end"].by_type.values():
+            latest = next((end for end, _, run in reversed(entries) if keep(run)), None)
+            if latest is None:
+                continue
+            # Rounding may put a job ending a hair earlier ahead on time left: rank the ends
+            # close to the latest with the exact formula.
+            lowest = latest - slack(latest, now)
+            for end, _, run in reversed(entries):
+                if end < lowest:
+                    break
+                if keep(run):
+                    rank = self.running_rank(cycle, run)
+                    if worst is None or rank > worst:
+                        worst = rank
+        return worst
 
     def describe(self, rank: float) -> str:
         return f"{rank:g} s left"
