@@ -101,7 +101,10 @@ class RunningIndex:
         key = self.key(run)
         if key is not None:
             entry = self._entries[run.job.id] = (key, run.job.id, run)
-            self.by_type.setdefault(run.job.accelerator, SortedList()).add(entry)
+            entries = self.by_type.get(run.job.accelerator)
+            if entries is None:
+                entries = self.by_type[run.job.accelerator] = SortedList()
+            entries.add(entry)
 
     def remove(self, run: Running) -> None:
         entry = self._entries.pop(run.job.id, None)

@@ -11,7 +11,6 @@ starve_factor (default 4; 0 turns promotion off).
 
 from __future__ import annotations
 
-import heapq
 import math
 from bisect import bisect_right
 from collections.abc import Iterator
@@ -102,16 +101,13 @@ class Las(RankPolicy):
     def describe(self, rank: float) -> str:
         return f"queue {rank:g}"
 
-    def ranked_pending(self, cycle: Cycle) -> Iterator[Job]:
-        """Queue 0, with starving jobs promoted into it by submit time, then the rest."""
-        pending = cycle.snap.pending
-        first_later = pending.all.bisect_key_left((1,))
-        due = pending.by_revisit.bisect_key_right((cycle.snap.now, "\uffff"))
-        promoted = sorted(pending.by_revisit.islice(0, due), key=_arrival)
-        chosen = {j.id for j in promoted}
-        zero = pending.all.islice(0, first_later)
-        yield from heapq.merge(zero, promoted, key=_arrival)
-        yield from (j for j in pending.all.islice(first_later) if j.id not in chosen)
+    def moved(self, cycle: Cycle) -> dict[str, tuple[tuple, Job]]:
+        """Starving jobs, promoted to queue 0: placed there by submit time."""
+        waiting, now = cycle.snap.pending.by_revisit, cycle.snap.now
+        if not waiting or self.revisit_at(waiting[0]) > now:  # the common case: none
+            return {}
+        due = waiting.bisect_key_right((now, "\uffff"))
+        return {job.id: ((0, *_arrival(job)), job) for job in waiting.islice(0, due)}
 
     def wake_at(self, cycle: Cycle) -> float | None:
         """Next time a running job crosses a queue threshold, or a waiting job is promoted."""
@@ -119,7 +115,8 @@ class Las(RankPolicy):
         later = [t for t in map(self._first_crossing, cycle.started) if t is not None and t > now]
         after = math.nextafter(now, INF)  # entries are (time, id, run): the first past `now`
         for entries in cycle.snap.running_by["wake"].by_type.values():
-            for crossing, _, run in entries.islice(entries.bisect_left((after,))):
+            for i in range(entries.bisect_left((after,)), len(entries)):
+                crossing, _, run = entries[i]
                 if not run.terminating and run.job.id not in cycle.victims:
                     later.append(crossing)
                     break

@@ -9,6 +9,7 @@ the jobs worse than a pending job when it searches for victims, never every runn
 
 from __future__ import annotations
 
+import heapq
 import math
 from abc import abstractmethod
 from collections.abc import Callable, Iterator
@@ -22,6 +23,7 @@ from corral.core.snapshot import RunningKey, shape_of
 
 INF = float("inf")
 Keep = Callable[[Running], bool]  # which indexed running jobs count
+Shape = tuple[str, int, int]
 
 
 class RankPolicy(Policy):
@@ -54,39 +56,37 @@ class RankPolicy(Policy):
     def describe(self, rank: float) -> str:
         return f"rank {rank:g}"
 
-    def ranked_pending(self, cycle: Cycle) -> Iterator[Job]:
-        yield from cycle.snap.pending.all
+    def moved(self, cycle: Cycle) -> dict[str, tuple[tuple, Job]]:
+        """Pending jobs whose place in the order is not given by their queue key: job id ->
+        (the key that places them, comparable with queue keys; the job). See Las."""
+        return {}
 
     def order(self, cycle: Cycle) -> Iterator[Job]:
         # Ranks never get better along the order, capacity only shrinks and failed victim
         # searches stay failed: a shape that neither fits nor could preempt at some rank is
-        # dead for the rest of the cycle, and when every pending shape is dead the walk ends.
+        # dead for the rest of the cycle, its queue dropped whole; the walk ends with the last.
         failed = cycle.scratch.setdefault(f"{self.name}.failed", {})
-        dead: set[tuple[str, int, int]] = set()
-        hopeless: dict[tuple[str, int, int], tuple[int, float]] = {}
-        shapes = cycle.snap.pending.shapes
-        for job in self.ranked_pending(cycle):
-            shape = shape_of(job)
-            if shape in dead:
-                continue
+        hopeless: dict[Shape, tuple[int, float]] = {}
+        walk = _Walk(cycle, self.moved(cycle))
+        for shape, job in walk:
             if not cycle.may_fit(job, long=False):
                 if cycle.releasing:
                     if self._hopeless(cycle, job, shape, failed, hopeless):
+                        if not self._may_be_capped(cycle, shape):
+                            walk.sleep(shape)
                         continue
                 elif self._beyond_victims(cycle, self.pending_rank(cycle, job), shape, failed):
-                    dead.add(shape)
-                    if len(dead) == len(shapes):
-                        return
+                    walk.drop(shape)
                     continue
             yield job
 
-    def _beyond_victims(self, cycle: Cycle, rank: float, shape: tuple, failed: dict) -> bool:
+    def _beyond_victims(self, cycle: Cycle, rank: float, shape: Shape, failed: dict) -> bool:
         """Would a victim search at this rank surely fail (no candidate ranks worse, or one
         for the shape failed at a rank no worse)?"""
         worst = self._worst(cycle)
         return worst is None or rank >= min(worst, failed.get(shape, INF))
 
-    def _hopeless(self, cycle: Cycle, job: Job, shape: tuple, failed: dict, hopeless: dict) -> bool:
+    def _hopeless(self, cycle: Cycle, job: Job, shape: Shape, failed: dict, hopeless: dict) -> bool:
         """While jobs are stopping, may a job that does not fit now be passed over: within its
         limits, it fits neither once they are gone nor by preempting? Considering it would
         only record its failed victim search, done here. (Rank policies hold no
@@ -107,6 +107,19 @@ class RankPolicy(Policy):
         hopeless[shape] = (releasing, rank)
         return True
 
+    def _may_be_capped(self, cycle: Cycle, shape: Shape) -> bool:
+        """Might a hard limit stop some pending job of this shape (`reasons.limit`): one in a
+        project with a limit on its type, or a non-preemptible one?"""
+        snap = cycle.snap
+        for project, limits in snap.quota.limits.items():
+            if shape[0] in limits and snap.pending.demand.get(project, {}).get(shape):
+                return True
+        fixed = cycle.scratch.get("rank.fixed")
+        if fixed is None:  # asked only in cycles that preempt
+            jobs = snap.pending.jobs.values()
+            fixed = cycle.scratch["rank.fixed"] = {shape_of(j) for j in jobs if not j.preemptible}
+        return shape in fixed
+
     def _worst(self, cycle: Cycle) -> float | None:
         """The worst rank of a running job that may be a victim (victims taken included),
         once per cycle."""
@@ -114,10 +127,16 @@ class RankPolicy(Policy):
             cycle.scratch["rank.worst"] = self.worst_indexed(cycle, self._candidate(cycle))
         return cycle.scratch["rank.worst"]
 
-    def _candidate(self, cycle: Cycle) -> Keep:
+    def _candidate(self, cycle: Cycle, untaken: bool = False) -> Keep:
         """May an indexed (so preemptible) running job be a victim in this cycle? Victims
-        already taken count: they were candidates when the cycle began."""
-        now, min_runtime = cycle.snap.now, self.min_runtime
+        already taken count, unless `untaken`: they were candidates when the cycle began."""
+        now, min_runtime, victims = cycle.snap.now, self.min_runtime, cycle.victims
+        if untaken:
+            return lambda run: (
+                not run.terminating
+                and now - run.started_at >= min_runtime
+                and run.job.id not in victims
+            )
         return lambda run: not run.terminating and now - run.started_at >= min_runtime
 
     def may_preempt_for(self, cycle: Cycle, job: Job) -> bool:
@@ -147,10 +166,7 @@ class RankPolicy(Policy):
         rank = self.pending_rank(cycle, job)
         if rank >= failed.get(shape, INF):
             return None
-        candidate, victims = self._candidate(cycle), cycle.victims
-        worse = self.indexed_worse(
-            cycle, job.accelerator, rank, lambda run: candidate(run) and run.job.id not in victims
-        )
+        worse = self.indexed_worse(cycle, job.accelerator, rank, self._candidate(cycle, True))
         found = None
         if could_free_room(cycle, job, worse):  # the order matters only from here on
             found = find_victims(cycle, job, self._worst_first(cycle, worse))
@@ -160,13 +176,14 @@ class RankPolicy(Policy):
         found.why = f"preempted by job {job.name} ({self.name}: {self.describe(rank)})"
         return found
 
-    def _worst_first(self, cycle: Cycle, runs: list[Running]) -> list[Running]:
-        """Worst rank first, then the most recently started."""
-        ranked = sorted(
-            zip(self.running_ranks(cycle, runs), runs, strict=True),
-            key=lambda kr: (-kr[0], -kr[1].started_at, kr[1].job.id),
-        )
-        return [r for _, r in ranked]
+    def _worst_first(self, cycle: Cycle, runs: list[Running]) -> Iterator[Running]:
+        """Worst rank first, then the most recently started (lazily: a search mostly needs
+        the first few)."""
+        ranks = self.running_ranks(cycle, runs)
+        heap = [(-k, -r.started_at, r.job.id, r) for k, r in zip(ranks, runs, strict=True)]
+        heapq.heapify(heap)  # ids are unique: runs are never compared
+        while heap:
+            yield heapq.heappop(heap)[3]
 
     def running_ranks(self, cycle: Cycle, runs: list[Running]) -> list[float]:
         """`running_rank` of each run (a policy may compute them all at once, faster)."""
@@ -188,6 +205,73 @@ class RankPolicy(Policy):
                     later.append(start + age)
                     break
         return min((t for t in later if t > now), default=None)
+
+
+class _Walk:
+    """Pending jobs in the policy's order, as (shape, job): the per-shape queues (sorted by the
+    queue key) merged, with the moved jobs at their own keys. A shape can be dropped for the
+    rest of the cycle, or put to sleep until more running jobs are told to stop: then its
+    queue goes on after the job being considered."""
+
+    def __init__(self, cycle: Cycle, moved: dict[str, tuple[tuple, Job]]):
+        self.cycle = cycle
+        self.queues = cycle.snap.pending.by_shape
+        self.key = cycle.snap.pending.key
+        self.moved = moved
+        self.dead: set[Shape] = set()
+        self.asleep: dict[Shape, bool] = {}  # shape -> its queue is out of the heap
+        self.releasing = len(cycle.releasing)
+        # (order key, shape, position in the shape's queue or -1 for a moved job, job)
+        self.heap: list[tuple[tuple, Shape, int, Job]] = []
+        for shape in self.queues:
+            self._push(shape, 0)
+        for key, job in moved.values():
+            self.heap.append((key, shape_of(job), -1, job))
+        heapq.heapify(self.heap)
+
+    def _push(self, shape: Shape, i: int) -> None:
+        """Put the shape's queue back on the heap from position i (moved jobs skipped)."""
+        queue, moved = self.queues[shape], self.moved
+        while i < len(queue):
+            job = queue[i]
+            if job.id not in moved:
+                heapq.heappush(self.heap, (self.key(job), shape, i, job))
+                return
+            i += 1
+
+    def drop(self, shape: Shape) -> None:
+        self.dead.add(shape)
+
+    def sleep(self, shape: Shape) -> None:
+        if not self.asleep:  # counted from here on
+            self.releasing = len(self.cycle.releasing)
+        self.asleep.setdefault(shape, False)
+
+    def __iter__(self) -> Iterator[tuple[Shape, Job]]:
+        heap, dead, asleep = self.heap, self.dead, self.asleep
+        last = None
+        while heap:
+            if asleep and len(self.cycle.releasing) != self.releasing:
+                self._wake(last)
+            key, shape, i, job = heapq.heappop(heap)
+            if shape in dead:
+                continue
+            if shape in asleep:
+                if i >= 0:
+                    asleep[shape] = True
+                continue
+            if i >= 0:
+                self._push(shape, i + 1)
+            last = key
+            yield shape, job
+
+    def _wake(self, last: tuple) -> None:
+        """More jobs are stopping: sleeping shapes go on after the last job yielded."""
+        self.releasing = len(self.cycle.releasing)
+        for shape, out in self.asleep.items():
+            if out:
+                self._push(shape, self.queues[shape].bisect_key_right(last))
+        self.asleep.clear()
 
 
 def slack(*values: float) -> float:
