@@ -12,6 +12,7 @@ starve_factor (default 4; 0 turns promotion off).
 from __future__ import annotations
 
 import math
+import struct
 from bisect import bisect_right
 from collections.abc import Iterator
 from functools import partial
@@ -148,13 +149,37 @@ def _reach(run: Running, threshold: float) -> float | None:
     def reached(t: float) -> bool:
         return job.attained + (t - start) * job.demand >= threshold
 
-    # The formula grows with t: step from the estimate to the first float time it holds.
-    t = start + (threshold - job.attained) / job.demand
-    while reached(t):
-        t = math.nextafter(t, -INF)
-    while not reached(t):
-        t = math.nextafter(t, INF)
-    return t
+    estimate = start + (threshold - job.attained) / job.demand
+    # Float steps of the time can be far finer than those of the attained service (a start at
+    # 0, service just below the threshold): bracket, then bisect over the floats between.
+    scale = abs(start) + abs(estimate) + (abs(threshold) + abs(job.attained)) / job.demand
+    step, below, above = scale * 2.0**-52, estimate, estimate
+    while reached(below):
+        below, step = estimate - step, step * 2
+    while not reached(above):
+        above, step = estimate + step, step * 2
+    low, high = _float_order(below), _float_order(above)  # reached(high) and not reached(low)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if reached(_from_order(middle)):
+            high = middle
+        else:
+            low = middle
+    return _from_order(high)
+
+
+def _float_order(x: float) -> int:
+    """An integer that orders floats as their values do (adjacent floats: adjacent ints)."""
+    bits = struct.unpack("<q", struct.pack("<d", x))[0]
+    return bits if bits >= 0 else -(bits & _MAGNITUDE)
+
+
+def _from_order(i: int) -> float:
+    bits = i if i >= 0 else (-i) | ~_MAGNITUDE
+    return struct.unpack("<d", struct.pack("<q", bits))[0]
+
+
+_MAGNITUDE = (1 << 63) - 1
 
 
 def _reached(entries: SortedList, now: float, keep: Keep) -> Iterator[Running]:

@@ -47,7 +47,7 @@ class RankPolicy(Policy):
         self, cycle: Cycle, accelerator: str, rank: float, keep: Keep
     ) -> list[Running]:
         """The preemptible running jobs of a type that `keep` accepts and whose rank now is
-        strictly worse than `rank`, in any order."""
+        strictly worse than `rank`, in any order (that `worst_first` expects)."""
 
     def running_keys(self) -> dict[str, RunningKey]:
         # Preemptible jobs by start: the next one to reach preempt_min_runtime.
@@ -169,16 +169,16 @@ class RankPolicy(Policy):
         worse = self.indexed_worse(cycle, job.accelerator, rank, self._candidate(cycle, True))
         found = None
         if could_free_room(cycle, job, worse):  # the order matters only from here on
-            found = find_victims(cycle, job, self._worst_first(cycle, worse))
+            found = find_victims(cycle, job, self.worst_first(cycle, worse))
         if found is None:
             failed[shape] = min(rank, failed.get(shape, INF))
             return None
         found.why = f"preempted by job {job.name} ({self.name}: {self.describe(rank)})"
         return found
 
-    def _worst_first(self, cycle: Cycle, runs: list[Running]) -> Iterator[Running]:
-        """Worst rank first, then the most recently started (lazily: a search mostly needs
-        the first few)."""
+    def worst_first(self, cycle: Cycle, runs: list[Running]) -> Iterator[Running]:
+        """`runs` (as `indexed_worse` gave them) worst rank first, then the most recently
+        started, lazily: a search mostly needs the first few."""
         ranks = self.running_ranks(cycle, runs)
         heap = [(-k, -r.started_at, r.job.id, r) for k, r in zip(ranks, runs, strict=True)]
         heapq.heapify(heap)  # ids are unique: runs are never compared

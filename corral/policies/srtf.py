@@ -7,6 +7,8 @@ running jobs with strictly more time left, the longest first.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from corral.core.cycle import Cycle
 from corral.core.model import Job, Running
 from corral.core.snapshot import RunningKey
@@ -33,14 +35,13 @@ class Srtf(RankPolicy):
     def running_keys(self) -> dict[str, RunningKey]:
         # end: when a preemptible job will be done; time left now is about end - now.
         keys = super().running_keys()
-        keys["end"] = lambda run: (
-            run.started_at + remaining(run.job) if run.job.preemptible else None
-        )
+        keys["end"] = lambda run: _end(run) if run.job.preemptible else None
         return keys
 
     def indexed_worse(
         self, cycle: Cycle, accelerator: str, rank: float, keep: Keep
     ) -> list[Running]:
+        """Latest end first."""
         entries = cycle.snap.running_by["end"].by_type.get(accelerator)
         if not entries or rank == INF:
             return []
@@ -56,6 +57,23 @@ class Srtf(RankPolicy):
             if keep(run) and (end > surely or self.running_rank(cycle, run) > rank):
                 worse.append(run)
         return worse
+
+    def worst_first(self, cycle: Cycle, runs: list[Running]) -> Iterator[Running]:
+        """Runs latest end first: ends further apart than rounding can blur are in rank
+        order already; only runs of close ends are ranked with the exact formula."""
+        now, i = cycle.snap.now, 0
+        while i < len(runs):
+            j, end = i + 1, _end(runs[i])
+            while j < len(runs):
+                following = _end(runs[j])
+                if following != end and end - following > slack(now, end):
+                    break
+                j, end = j + 1, following
+            if j == i + 1:
+                yield runs[i]
+            else:
+                yield from super().worst_first(cycle, runs[i:j])
+            i = j
 
     def worst_indexed(self, cycle: Cycle, keep: Keep) -> float | None:
         worst = None
@@ -78,3 +96,8 @@ class Srtf(RankPolicy):
 
     def describe(self, rank: float) -> str:
         return f"{rank:g} s left"
+
+
+def _end(run: Running) -> float:
+    """When a running job will be done: its time left now is about `_end(run) - now`."""
+    return run.started_at + remaining(run.job)
