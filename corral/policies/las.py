@@ -150,6 +150,8 @@ def _reach(run: Running, threshold: float) -> float | None:
         return job.attained + (t - start) * job.demand >= threshold
 
     estimate = start + (threshold - job.attained) / job.demand
+    if reached(estimate) != reached(math.nextafter(estimate, -INF)):  # mostly: exact
+        return estimate
     # Float steps of the time can be far finer than those of the attained service (a start at
     # 0, service just below the threshold): bracket, then bisect over the floats between.
     scale = abs(start) + abs(estimate) + (abs(threshold) + abs(job.attained)) / job.demand

@@ -221,23 +221,22 @@ class _Walk:
         self.dead: set[Shape] = set()
         self.asleep: dict[Shape, bool] = {}  # shape -> its queue is out of the heap
         self.releasing = len(cycle.releasing)
-        # (order key, shape, position in the shape's queue or -1 for a moved job, job)
-        self.heap: list[tuple[tuple, Shape, int, Job]] = []
-        for shape in self.queues:
-            self._push(shape, 0)
+        self.rest: dict[Shape, Iterator[Job]] = {}  # what is left of each shape's queue
+        # (order key, shape, from the shape's queue (else a moved job), job)
+        self.heap: list[tuple[tuple, Shape, bool, Job]] = []
+        for shape, queue in self.queues.items():
+            self.rest[shape] = iter(queue)
+            self._push(shape)
         for key, job in moved.values():
-            self.heap.append((key, shape_of(job), -1, job))
+            self.heap.append((key, shape_of(job), False, job))
         heapq.heapify(self.heap)
 
-    def _push(self, shape: Shape, i: int) -> None:
-        """Put the shape's queue back on the heap from position i (moved jobs skipped)."""
-        queue, moved = self.queues[shape], self.moved
-        while i < len(queue):
-            job = queue[i]
-            if job.id not in moved:
-                heapq.heappush(self.heap, (self.key(job), shape, i, job))
+    def _push(self, shape: Shape) -> None:
+        """Put the shape's next queued job (moved ones skipped) on the heap."""
+        for job in self.rest[shape]:
+            if job.id not in self.moved:
+                heapq.heappush(self.heap, (self.key(job), shape, True, job))
                 return
-            i += 1
 
     def drop(self, shape: Shape) -> None:
         self.dead.add(shape)
@@ -253,15 +252,15 @@ class _Walk:
         while heap:
             if asleep and len(self.cycle.releasing) != self.releasing:
                 self._wake(last)
-            key, shape, i, job = heapq.heappop(heap)
+            key, shape, queued, job = heapq.heappop(heap)
             if shape in dead:
                 continue
             if shape in asleep:
-                if i >= 0:
+                if queued:
                     asleep[shape] = True
                 continue
-            if i >= 0:
-                self._push(shape, i + 1)
+            if queued:
+                self._push(shape)
             last = key
             yield shape, job
 
@@ -270,7 +269,8 @@ class _Walk:
         self.releasing = len(self.cycle.releasing)
         for shape, out in self.asleep.items():
             if out:
-                self._push(shape, self.queues[shape].bisect_key_right(last))
+                self.rest[shape] = self.queues[shape].irange_key(last, inclusive=(False, True))
+                self._push(shape)
         self.asleep.clear()
 
 
