@@ -10,7 +10,6 @@ the jobs worse than a pending job when it searches for victims, never every runn
 from __future__ import annotations
 
 import heapq
-import math
 from abc import abstractmethod
 from collections.abc import Callable, Iterator
 
@@ -274,8 +273,11 @@ class _Walk:
         self.asleep.clear()
 
 
-def slack(*values: float) -> float:
-    """A bound, far above rounding error, on how far a float sum or difference of these
-    magnitudes may be from the exact one: entries this close to a boundary are rechecked
-    with the exact formula of the rank."""
-    return 1e-9 * (1.0 + sum(abs(v) for v in values if not math.isinf(v)))
+def slack(a: float, b: float) -> float:
+    """A bound, far above rounding error, on how far a float sum or difference of values of
+    these magnitudes may be from the exact one: entries this close to a boundary are
+    rechecked with the exact formula of the rank. (An infinite value adds no rounding.)"""
+    size = abs(a) + abs(b)
+    if size == INF:
+        size = min(abs(a), abs(b))
+    return 1e-9 * (1.0 + size)
