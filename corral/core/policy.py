@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from corral.core.cycle import Cycle
 from corral.core.model import Job
 from corral.core.preempt import Preemption
-from corral.core.snapshot import Snapshot, default_queue_key
+from corral.core.snapshot import RunningKey, Snapshot, default_queue_key
 from corral.formats.types import Node, Quota, SchedulerConfig
 
 
@@ -37,13 +37,22 @@ class Policy:
         """An empty snapshot whose indexes follow this policy's keys."""
         revisits = type(self).revisit_at is not Policy.revisit_at  # else no job ever has one
         return Snapshot(
-            nodes, quota, queue_key=self.queue_key, revisit_at=self.revisit_at if revisits else None
+            nodes,
+            quota,
+            queue_key=self.queue_key,
+            revisit_at=self.revisit_at if revisits else None,
+            running_keys=self.running_keys(),
         )
 
     def revisit_at(self, job: Job) -> float | None:
         """When a waiting job's rank changes by itself (None: never). Fixed while it waits;
         the snapshot indexes pending jobs by it (see Las)."""
         return None
+
+    def running_keys(self) -> dict[str, RunningKey]:
+        """Static keys by which the snapshot keeps running jobs sorted for this policy, by name
+        (`Snapshot.running_by`); a key may be None for jobs it leaves out. See Las, Srtf."""
+        return {}
 
     def order(self, cycle: Cycle) -> Iterator[Job]:
         """Pending jobs in the order they may be admitted. May stop early when nothing else

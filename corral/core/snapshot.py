@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from operator import mul
 from types import MappingProxyType
 
-from sortedcontainers import SortedKeyList
+from sortedcontainers import SortedKeyList, SortedList
 
 from corral.core.model import Job, Running
 from corral.formats.types import Node, Quota
@@ -21,6 +21,7 @@ from corral.formats.types import Node, Quota
 QueueKey = Callable[[Job], tuple]
 INF = float("inf")
 NONE: Mapping = MappingProxyType({})  # an empty mapping to look things up in
+RunningKey = Callable[[Running], float | None]
 
 
 def default_queue_key(job: Job) -> tuple:
@@ -153,6 +154,33 @@ class Cluster:
             largest_node=largest,
             typed_domains=dict(typed),
         )
+
+
+class RunningIndex:
+    """Running jobs of each accelerator type sorted by a static key a policy gives (None: left
+    out), e.g. when a job crosses a rank threshold: the policy reads the first few entries
+    instead of ranking every running job in every cycle. Entries are (key, job id, run)."""
+
+    __slots__ = ("key", "by_type", "_entries")
+
+    def __init__(self, key: RunningKey):
+        self.key = key
+        self.by_type: dict[str, SortedList] = {}
+        self._entries: dict[str, tuple[float, str, Running]] = {}  # job id -> its entry
+
+    def add(self, run: Running) -> None:
+        key = self.key(run)
+        if key is not None:
+            entry = self._entries[run.job.id] = (key, run.job.id, run)
+            entries = self.by_type.get(run.job.accelerator)
+            if entries is None:
+                entries = self.by_type[run.job.accelerator] = SortedList()
+            entries.add(entry)
+
+    def remove(self, run: Running) -> None:
+        entry = self._entries.pop(run.job.id, None)
+        if entry is not None:  # its stored key: the job may have changed since it started
+            self.by_type[run.job.accelerator].remove(entry)
 
 
 class PendingQueue:
@@ -312,6 +340,7 @@ class Snapshot:
         quota: Quota,
         queue_key: QueueKey | None = None,
         revisit_at: Callable[[Job], float | None] | None = None,
+        running_keys: dict[str, RunningKey] | None = None,
     ):
         self.cluster = Cluster.build(nodes)
         self.quota = quota
@@ -340,6 +369,8 @@ class Snapshot:
         self.running_by_end = RunningByEnd()
         # project -> priority -> preemptible running jobs: can a pending job outrank one?
         self.running_priorities: dict[str, Counter[int]] = defaultdict(Counter)
+        # The policy's own indexes of running jobs, by name (see RunningIndex).
+        self.running_by = {name: RunningIndex(key) for name, key in (running_keys or {}).items()}
         self.pending = PendingQueue(queue_key or default_queue_key, revisit_at)
         self.usage: dict[str, Counter[str]] = defaultdict(Counter)  # project -> type -> held
         self.in_use: Counter[str] = Counter()  # type -> held by all projects
@@ -411,6 +442,8 @@ class Snapshot:
         run = Running(job=job, nodes=where, started_at=now)
         self.running[job.id] = run
         self.running_by_end.add(run)
+        for index in self.running_by.values():
+            index.add(run)
         if job.preemptible:
             self.running_priorities[job.project][job.priority] += 1
             sizes = self.preemptible_sizes[job.accelerator]
@@ -423,6 +456,8 @@ class Snapshot:
         """Release a running job's accelerators (it finished, failed, or was preempted)."""
         run = self.running.pop(job_id)
         self.running_by_end.remove(run)
+        for index in self.running_by.values():
+            index.remove(run)
         job = run.job
         if job.preemptible:
             _decrement(self.running_priorities[job.project], job.priority)

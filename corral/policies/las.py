@@ -11,13 +11,18 @@ starve_factor (default 4; 0 turns promotion off).
 
 from __future__ import annotations
 
-import heapq
+import math
+import struct
 from bisect import bisect_right
 from collections.abc import Iterator
+from functools import partial
+
+from sortedcontainers import SortedList
 
 from corral.core.cycle import Cycle
 from corral.core.model import Job, Running
-from corral.policies.ranked import RankPolicy
+from corral.core.snapshot import RunningKey
+from corral.policies.ranked import INF, Keep, RankPolicy
 
 
 class Las(RankPolicy):
@@ -57,32 +62,65 @@ class Las(RankPolicy):
             for r in runs
         ]
 
+    def running_keys(self) -> dict[str, RunningKey]:
+        # reach{k}: when a preemptible job reaches queue k (k >= 1); wake: when a running job
+        # crosses the first threshold above the service it had when it started.
+        keys = super().running_keys()
+        for k, threshold in enumerate(self.thresholds, start=1):
+            keys[f"reach{k}"] = partial(_reach, threshold=threshold)
+        keys["wake"] = self._first_crossing
+        return keys
+
+    def _first_crossing(self, run: Running) -> float | None:
+        job = run.job
+        level = bisect_right(self.thresholds, job.attained)
+        if level == len(self.thresholds) or not job.demand:
+            return None
+        return run.started_at + (self.thresholds[level] - job.attained) / job.demand
+
+    def worst_indexed(self, cycle: Cycle, keep: Keep) -> float | None:
+        now, indexes = cycle.snap.now, cycle.snap.running_by
+        for level in range(len(self.thresholds), 0, -1):
+            for entries in indexes[f"reach{level}"].by_type.values():
+                for _ in _reached(entries, now, keep):
+                    return level
+        for entries in indexes["start"].by_type.values():
+            if any(keep(run) for _, _, run in entries):
+                return 0
+        return None
+
+    def indexed_worse(
+        self, cycle: Cycle, accelerator: str, rank: float, keep: Keep
+    ) -> list[Running]:
+        level = math.floor(rank) + 1  # the queues worse than `rank`: this one and later
+        if level > len(self.thresholds):
+            return []
+        name = f"reach{level}" if level > 0 else "start"
+        entries = cycle.snap.running_by[name].by_type.get(accelerator)
+        return list(_reached(entries, cycle.snap.now, keep)) if entries else []
+
     def describe(self, rank: float) -> str:
         return f"queue {rank:g}"
 
-    def ranked_pending(self, cycle: Cycle) -> Iterator[Job]:
-        """Queue 0, with starving jobs promoted into it by submit time, then the rest."""
-        pending = cycle.snap.pending
-        first_later = pending.all.bisect_key_left((1,))
-        due = pending.by_revisit.bisect_key_right((cycle.snap.now, "\uffff"))
-        promoted = sorted(pending.by_revisit.islice(0, due), key=_arrival)
-        chosen = {j.id for j in promoted}
-        zero = pending.all.islice(0, first_later)
-        yield from heapq.merge(zero, promoted, key=_arrival)
-        yield from (j for j in pending.all.islice(first_later) if j.id not in chosen)
+    def moved(self, cycle: Cycle) -> dict[str, tuple[tuple, Job]]:
+        """Starving jobs, promoted to queue 0: placed there by submit time."""
+        waiting, now = cycle.snap.pending.by_revisit, cycle.snap.now
+        if not waiting or self.revisit_at(waiting[0]) > now:  # the common case: none
+            return {}
+        due = waiting.bisect_key_right((now, "\uffff"))
+        return {job.id: ((0, *_arrival(job)), job) for job in waiting.islice(0, due)}
 
     def wake_at(self, cycle: Cycle) -> float | None:
         """Next time a running job crosses a queue threshold, or a waiting job is promoted."""
         now = cycle.snap.now
-        later = []
-        thresholds, top = self.thresholds, len(self.thresholds)
-        for run in cycle.running_after():
-            job = run.job
-            level = bisect_right(thresholds, job.attained)
-            if level < top and job.demand:
-                crossing = run.started_at + (thresholds[level] - job.attained) / job.demand
-                if crossing > now:
+        later = [t for t in map(self._first_crossing, cycle.started) if t is not None and t > now]
+        after = math.nextafter(now, INF)  # entries are (time, id, run): the first past `now`
+        for entries in cycle.snap.running_by["wake"].by_type.values():
+            for i in range(entries.bisect_left((after,)), len(entries)):
+                crossing, _, run = entries[i]
+                if not run.terminating and run.job.id not in cycle.victims:
                     later.append(crossing)
+                    break
         waiting = cycle.snap.pending.by_revisit
         i = waiting.bisect_key_right((now, "\uffff"))
         if i < len(waiting):
@@ -96,3 +134,61 @@ class Las(RankPolicy):
 def _arrival(job: Job) -> tuple:
     """Order inside a queue: first come, first served (the queue key without the level)."""
     return (job.submit_time, job.name, job.id)
+
+
+def _reach(run: Running, threshold: float) -> float | None:
+    """The first time at which a preemptible job's attained service, computed as
+    `running_rank` does, is at least `threshold` (None: never; -inf: from its start).
+    Exact, not just close: the level a cycle reads from the index is the level it computes."""
+    job, start = run.job, run.started_at
+    if not job.preemptible:
+        return None
+    if not job.demand:
+        return -INF if job.attained >= threshold else None
+
+    def reached(t: float) -> bool:
+        return job.attained + (t - start) * job.demand >= threshold
+
+    estimate = start + (threshold - job.attained) / job.demand
+    if reached(estimate) != reached(math.nextafter(estimate, -INF)):  # mostly: exact
+        return estimate
+    # Float steps of the time can be far finer than those of the attained service (a start at
+    # 0, service just below the threshold): bracket, then bisect over the floats between.
+    scale = abs(start) + abs(estimate) + (abs(threshold) + abs(job.attained)) / job.demand
+    step, below, above = scale * 2.0**-52, estimate, estimate
+    while reached(below):
+        below, step = estimate - step, step * 2
+    while not reached(above):
+        above, step = estimate + step, step * 2
+    low, high = _float_order(below), _float_order(above)  # reached(high) and not reached(low)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if reached(_from_order(middle)):
+            high = middle
+        else:
+            low = middle
+    return _from_order(high)
+
+
+def _float_order(x: float) -> int:
+    """An integer that orders floats as their values do (adjacent floats: adjacent ints)."""
+    bits = struct.unpack("<q", struct.pack("<d", x))[0]
+    return bits if bits >= 0 else -(bits & _MAGNITUDE)
+
+
+def _from_order(i: int) -> float:
+    bits = i if i >= 0 else (-i) | ~_MAGNITUDE
+    return struct.unpack("<d", struct.pack("<q", bits))[0]
+
+
+_MAGNITUDE = (1 << 63) - 1
+
+
+def _reached(entries: SortedList, now: float, keep: Keep) -> Iterator[Running]:
+    """The jobs `keep` accepts among entries keyed by the time they reach a level, that
+    reached it by `now`."""
+    for reach, _, run in entries:
+        if reach > now:
+            return
+        if keep(run):
+            yield run

@@ -1,19 +1,28 @@
 """Shared machinery of preemptive rank policies (las, srtf): one global order by a rank, and
-a pending job may preempt running jobs of strictly worse rank, worst first."""
+a pending job may preempt running jobs of strictly worse rank, worst first.
+
+Running ranks change with time, but each policy keys its running jobs by static times (when a
+job crosses a threshold, when it ends) in indexes the snapshot keeps (`Snapshot.running_by`):
+a cycle reads the first few entries for the worst rank and the next wake-up, and ranks only
+the jobs worse than a pending job when it searches for victims, never every running job.
+"""
 
 from __future__ import annotations
 
+import heapq
 from abc import abstractmethod
-from collections.abc import Iterator
-from itertools import takewhile
+from collections.abc import Callable, Iterator
 
+from corral.core import reasons
 from corral.core.cycle import Cycle
 from corral.core.model import Job, Running
 from corral.core.policy import Policy
 from corral.core.preempt import Preemption, could_free_room, eligible, find_victims
-from corral.core.snapshot import shape_of
+from corral.core.snapshot import RunningKey, shape_of
 
 INF = float("inf")
+Keep = Callable[[Running], bool]  # which indexed running jobs count
+Shape = tuple[str, int, int]
 
 
 class RankPolicy(Policy):
@@ -27,47 +36,126 @@ class RankPolicy(Policy):
     def running_rank(self, cycle: Cycle, run: Running) -> float:
         """The same scale as pending_rank, for a job that is running now."""
 
+    @abstractmethod
+    def worst_indexed(self, cycle: Cycle, keep: Keep) -> float | None:
+        """The worst rank now of the preemptible running jobs that `keep` accepts (None:
+        none), read from the policy's indexes."""
+
+    @abstractmethod
+    def indexed_worse(
+        self, cycle: Cycle, accelerator: str, rank: float, keep: Keep
+    ) -> list[Running]:
+        """The preemptible running jobs of a type that `keep` accepts and whose rank now is
+        strictly worse than `rank`, in any order (that `worst_first` expects)."""
+
+    def running_keys(self) -> dict[str, RunningKey]:
+        # Preemptible jobs by start: the next one to reach preempt_min_runtime.
+        return {"start": lambda run: run.started_at if run.job.preemptible else None}
+
     def describe(self, rank: float) -> str:
         return f"rank {rank:g}"
 
-    def ranked_pending(self, cycle: Cycle) -> Iterator[Job]:
-        yield from cycle.snap.pending.all
+    def moved(self, cycle: Cycle) -> dict[str, tuple[tuple, Job]]:
+        """Pending jobs whose place in the order is not given by their queue key: job id ->
+        (the key that places them, comparable with queue keys; the job). See Las."""
+        return {}
 
     def order(self, cycle: Cycle) -> Iterator[Job]:
         # Ranks never get better along the order, capacity only shrinks and failed victim
         # searches stay failed: a shape that neither fits nor could preempt at some rank is
-        # dead for the rest of the cycle, and when every pending shape is dead the walk ends.
+        # dead for the rest of the cycle, its queue dropped whole; the walk ends with the last.
         failed = cycle.scratch.setdefault(f"{self.name}.failed", {})
-        dead: set[tuple[str, int, int]] = set()
-        shapes = cycle.snap.pending.shapes
-        for job in self.ranked_pending(cycle):
-            shape = shape_of(job)
-            if shape in dead:
-                continue
-            if not cycle.may_fit(job, long=False) and not cycle.releasing:
-                rank = self.pending_rank(cycle, job)
-                worst = self._worst(cycle)
-                if worst is None or rank >= min(worst, failed.get(shape, INF)):
-                    dead.add(shape)
-                    if len(dead) == len(shapes):
-                        return
+        hopeless: dict[Shape, tuple[int, float]] = {}
+        walk = _Walk(cycle, self.moved(cycle))
+        for shape, job in walk:
+            if not cycle.may_fit(job, long=False):
+                if cycle.releasing:
+                    if self._hopeless(cycle, job, shape, failed, hopeless):
+                        if not self._may_be_capped(cycle, shape):
+                            walk.sleep(shape)
+                        continue
+                elif self._beyond_victims(cycle, self.pending_rank(cycle, job), shape, failed):
+                    walk.drop(shape)
                     continue
             yield job
 
+    def _beyond_victims(self, cycle: Cycle, rank: float, shape: Shape, failed: dict) -> bool:
+        """Would a victim search at this rank surely fail (no candidate ranks worse, or one
+        for the shape failed at a rank no worse)?"""
+        worst = self._worst(cycle)
+        return worst is None or rank >= min(worst, failed.get(shape, INF))
+
+    def _hopeless(self, cycle: Cycle, job: Job, shape: Shape, failed: dict, hopeless: dict) -> bool:
+        """While jobs are stopping, may a job that does not fit now be passed over: within its
+        limits, it fits neither once they are gone nor by preempting? Considering it would
+        only record its failed victim search, done here. (Rank policies hold no
+        reservations.) The answer holds for the shape's later jobs until more jobs stop
+        (`hopeless`: shape -> stopping jobs then, rank), but limits are per job."""
+        if reasons.limit(cycle, job) is not None:  # considering it records the reason
+            return False
+        rank = self.pending_rank(cycle, job)
+        releasing = len(cycle.releasing)
+        judged = hopeless.get(shape)
+        if judged is not None and judged[0] == releasing and rank >= judged[1]:
+            return True  # and failed[shape] is already no worse than rank
+        if cycle.after_release().may_fit(job, long=False):
+            return False
+        if not self._beyond_victims(cycle, rank, shape, failed):
+            return False
+        failed[shape] = min(rank, failed.get(shape, INF))
+        hopeless[shape] = (releasing, rank)
+        return True
+
+    def _may_be_capped(self, cycle: Cycle, shape: Shape) -> bool:
+        """Might a hard limit stop some pending job of this shape (`reasons.limit`): one in a
+        project with a limit on its type, or a non-preemptible one?"""
+        snap = cycle.snap
+        for project, limits in snap.quota.limits.items():
+            if shape[0] in limits and snap.pending.demand.get(project, {}).get(shape):
+                return True
+        fixed = cycle.scratch.get("rank.fixed")
+        if fixed is None:  # asked only in cycles that preempt
+            jobs = snap.pending.jobs.values()
+            fixed = cycle.scratch["rank.fixed"] = {shape_of(j) for j in jobs if not j.preemptible}
+        return shape in fixed
+
     def _worst(self, cycle: Cycle) -> float | None:
-        """The worst rank of a running job that may be a victim (victims taken included)."""
-        ranked = (self._ranked_running(cycle, accel) for accel in cycle.snap.cluster.by_type)
-        return max((r[0][0] for r in ranked if r), default=None)
+        """The worst rank of a running job that may be a victim (victims taken included),
+        once per cycle."""
+        if "rank.worst" not in cycle.scratch:
+            cycle.scratch["rank.worst"] = self.worst_indexed(cycle, self._candidate(cycle))
+        return cycle.scratch["rank.worst"]
+
+    def _candidate(self, cycle: Cycle, untaken: bool = False) -> Keep:
+        """May an indexed (so preemptible) running job be a victim in this cycle? Victims
+        already taken count, unless `untaken`: they were candidates when the cycle began."""
+        now, min_runtime, victims = cycle.snap.now, self.min_runtime, cycle.victims
+        if untaken:
+            return lambda run: (
+                not run.terminating
+                and now - run.started_at >= min_runtime
+                and run.job.id not in victims
+            )
+        return lambda run: not run.terminating and now - run.started_at >= min_runtime
 
     def may_preempt_for(self, cycle: Cycle, job: Job) -> bool:
         # The worst rank running once the cycle's starts are applied: las ranks change only at
         # the wake-ups it asks for, and srtf's only get better as jobs run, so it holds for
         # every arrival until the next cycle (erring on the side of a cycle).
         if "rank.after" not in cycle.scratch:
-            runs = [r for r in cycle.running_after() if eligible(cycle, r, self.min_runtime)]
-            cycle.scratch["rank.after"] = max(self.running_ranks(cycle, runs), default=None)
+            cycle.scratch["rank.after"] = self._worst_after(cycle)
         worst = cycle.scratch["rank.after"]
         return worst is not None and self.pending_rank(cycle, job) < worst
+
+    def _worst_after(self, cycle: Cycle) -> float | None:
+        """The worst rank of an eligible job of `cycle.running_after()`: the indexed jobs
+        still running, and the ones the cycle starts."""
+        started = [r for r in cycle.started if eligible(cycle, r, self.min_runtime)]
+        ranks = self.running_ranks(cycle, started)
+        worst = self.worst_indexed(cycle, lambda run: eligible(cycle, run, self.min_runtime))
+        if worst is not None:
+            ranks.append(worst)
+        return max(ranks, default=None)
 
     def victims(self, cycle: Cycle, job: Job) -> Preemption | None:
         # Ranks are fixed within a cycle and capacity only shrinks as it goes on: a search that
@@ -77,34 +165,119 @@ class RankPolicy(Policy):
         rank = self.pending_rank(cycle, job)
         if rank >= failed.get(shape, INF):
             return None
-        worse = takewhile(lambda kr: kr[0] > rank, self._ranked_running(cycle, job.accelerator))
-        candidates = [r for _, r in worse if r.job.id not in cycle.victims]
+        worse = self.indexed_worse(cycle, job.accelerator, rank, self._candidate(cycle, True))
         found = None
-        if could_free_room(cycle, job, candidates):
-            found = find_victims(cycle, job, candidates)
+        if could_free_room(cycle, job, worse):  # the order matters only from here on
+            found = find_victims(cycle, job, self.worst_first(cycle, worse))
         if found is None:
             failed[shape] = min(rank, failed.get(shape, INF))
             return None
         found.why = f"preempted by job {job.name} ({self.name}: {self.describe(rank)})"
         return found
 
-    def _ranked_running(self, cycle: Cycle, accelerator: str) -> list[tuple[float, Running]]:
-        """Running jobs of a type that may be victims, worst rank first (then the most
-        recently started), computed once per cycle."""
-        cache = cycle.scratch.setdefault(f"{self.name}.ranked", {})
-        ranked = cache.get(accelerator)
-        if ranked is None:
-            runs = [
-                r
-                for by_project in cycle.snap.preemptible.get(accelerator, {}).values()
-                for r in by_project
-                if eligible(cycle, r, self.min_runtime)
-            ]
-            ranked = list(zip(self.running_ranks(cycle, runs), runs, strict=True))
-            ranked.sort(key=lambda kr: (-kr[0], -kr[1].started_at, kr[1].job.id))
-            cache[accelerator] = ranked
-        return ranked
+    def worst_first(self, cycle: Cycle, runs: list[Running]) -> Iterator[Running]:
+        """`runs` (as `indexed_worse` gave them) worst rank first, then the most recently
+        started, lazily: a search mostly needs the first few."""
+        ranks = self.running_ranks(cycle, runs)
+        heap = [(-k, -r.started_at, r.job.id, r) for k, r in zip(ranks, runs, strict=True)]
+        heapq.heapify(heap)  # ids are unique: runs are never compared
+        while heap:
+            yield heapq.heappop(heap)[3]
 
     def running_ranks(self, cycle: Cycle, runs: list[Running]) -> list[float]:
         """`running_rank` of each run (a policy may compute them all at once, faster)."""
         return [self.running_rank(cycle, r) for r in runs]
+
+    def wake_at(self, cycle: Cycle) -> float | None:
+        """As `Policy.wake_at` (when a running job becomes old enough to be a victim), from
+        the index of preemptible jobs by start instead of a walk over all running jobs."""
+        snap = cycle.snap
+        if self.min_runtime <= 0 or not len(snap.pending):
+            return None
+        now, age = snap.now, self.min_runtime
+        later = [r.started_at + age for r in cycle.started if r.job.preemptible]
+        # started_at + age grows with started_at: the first indexed job past `now` is the one.
+        lowest = (now - age) - slack(now, age)
+        for entries in snap.running_by["start"].by_type.values():
+            for start, _, run in entries.islice(entries.bisect_left((lowest,))):
+                if start + age > now and not run.terminating and run.job.id not in cycle.victims:
+                    later.append(start + age)
+                    break
+        return min((t for t in later if t > now), default=None)
+
+
+class _Walk:
+    """Pending jobs in the policy's order, as (shape, job): the per-shape queues (sorted by the
+    queue key) merged, with the moved jobs at their own keys. A shape can be dropped for the
+    rest of the cycle, or put to sleep until more running jobs are told to stop: then its
+    queue goes on after the job being considered."""
+
+    def __init__(self, cycle: Cycle, moved: dict[str, tuple[tuple, Job]]):
+        self.cycle = cycle
+        self.queues = cycle.snap.pending.by_shape
+        self.key = cycle.snap.pending.key
+        self.moved = moved
+        self.dead: set[Shape] = set()
+        self.asleep: dict[Shape, bool] = {}  # shape -> its queue is out of the heap
+        self.releasing = len(cycle.releasing)
+        self.rest: dict[Shape, Iterator[Job]] = {}  # what is left of each shape's queue
+        # (order key, shape, from the shape's queue (else a moved job), job)
+        self.heap: list[tuple[tuple, Shape, bool, Job]] = []
+        for shape, queue in self.queues.items():
+            self.rest[shape] = iter(queue)
+            self._push(shape)
+        for key, job in moved.values():
+            self.heap.append((key, shape_of(job), False, job))
+        heapq.heapify(self.heap)
+
+    def _push(self, shape: Shape) -> None:
+        """Put the shape's next queued job (moved ones skipped) on the heap."""
+        for job in self.rest[shape]:
+            if job.id not in self.moved:
+                heapq.heappush(self.heap, (self.key(job), shape, True, job))
+                return
+
+    def drop(self, shape: Shape) -> None:
+        self.dead.add(shape)
+
+    def sleep(self, shape: Shape) -> None:
+        if not self.asleep:  # counted from here on
+            self.releasing = len(self.cycle.releasing)
+        self.asleep.setdefault(shape, False)
+
+    def __iter__(self) -> Iterator[tuple[Shape, Job]]:
+        heap, dead, asleep = self.heap, self.dead, self.asleep
+        last = None
+        while heap:
+            if asleep and len(self.cycle.releasing) != self.releasing:
+                self._wake(last)
+            key, shape, queued, job = heapq.heappop(heap)
+            if shape in dead:
+                continue
+            if shape in asleep:
+                if queued:
+                    asleep[shape] = True
+                continue
+            if queued:
+                self._push(shape)
+            last = key
+            yield shape, job
+
+    def _wake(self, last: tuple) -> None:
+        """More jobs are stopping: sleeping shapes go on after the last job yielded."""
+        self.releasing = len(self.cycle.releasing)
+        for shape, out in self.asleep.items():
+            if out:
+                self.rest[shape] = self.queues[shape].irange_key(last, inclusive=(False, True))
+                self._push(shape)
+        self.asleep.clear()
+
+
+def slack(a: float, b: float) -> float:
+    """A bound, far above rounding error, on how far a float sum or difference of values of
+    these magnitudes may be from the exact one: entries this close to a boundary are
+    rechecked with the exact formula of the rank. (An infinite value adds no rounding.)"""
+    size = abs(a) + abs(b)
+    if size == INF:
+        size = min(abs(a), abs(b))
+    return 1e-9 * (1.0 + size)

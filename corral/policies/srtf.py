@@ -7,11 +7,12 @@ running jobs with strictly more time left, the longest first.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from corral.core.cycle import Cycle
 from corral.core.model import Job, Running
-from corral.policies.ranked import RankPolicy
-
-INF = float("inf")
+from corral.core.snapshot import RunningKey
+from corral.policies.ranked import INF, Keep, RankPolicy, slack
 
 
 def remaining(job: Job) -> float:
@@ -31,5 +32,72 @@ class Srtf(RankPolicy):
     def running_rank(self, cycle: Cycle, run: Running) -> float:
         return remaining(run.job) - (cycle.snap.now - run.started_at)
 
+    def running_keys(self) -> dict[str, RunningKey]:
+        # end: when a preemptible job will be done; time left now is about end - now.
+        keys = super().running_keys()
+        keys["end"] = lambda run: _end(run) if run.job.preemptible else None
+        return keys
+
+    def indexed_worse(
+        self, cycle: Cycle, accelerator: str, rank: float, keep: Keep
+    ) -> list[Running]:
+        """Latest end first."""
+        entries = cycle.snap.running_by["end"].by_type.get(accelerator)
+        if not entries or rank == INF:
+            return []
+        # Time left is about end - now: only ends this close to now + rank need the exact
+        # formula to tell whether they are worse.
+        now = cycle.snap.now
+        margin = slack(now, rank)
+        surely, lowest = (now + rank) + margin, (now + rank) - margin
+        worse = []
+        for end, _, run in reversed(entries):
+            if end < lowest:
+                break
+            if keep(run) and (end > surely or self.running_rank(cycle, run) > rank):
+                worse.append(run)
+        return worse
+
+    def worst_first(self, cycle: Cycle, runs: list[Running]) -> Iterator[Running]:
+        """Runs latest end first: ends further apart than rounding can blur are in rank
+        order already; only runs of close ends are ranked with the exact formula."""
+        now, i = cycle.snap.now, 0
+        while i < len(runs):
+            j, end = i + 1, _end(runs[i])
+            while j < len(runs):
+                following = _end(runs[j])
+                if following != end and end - following > slack(now, end):
+                    break
+                j, end = j + 1, following
+            if j == i + 1:
+                yield runs[i]
+            else:
+                yield from super().worst_first(cycle, runs[i:j])
+            i = j
+
+    def worst_indexed(self, cycle: Cycle, keep: Keep) -> float | None:
+        worst = None
+        now = cycle.snap.now
+        for entries in cycle.snap.running_by["end"].by_type.values():
+            latest = next((end for end, _, run in reversed(entries) if keep(run)), None)
+            if latest is None:
+                continue
+            # Rounding may put a job ending a hair earlier ahead on time left: rank the ends
+            # close to the latest with the exact formula.
+            lowest = latest - slack(latest, now)
+            for end, _, run in reversed(entries):
+                if end < lowest:
+                    break
+                if keep(run):
+                    rank = self.running_rank(cycle, run)
+                    if worst is None or rank > worst:
+                        worst = rank
+        return worst
+
     def describe(self, rank: float) -> str:
         return f"{rank:g} s left"
+
+
+def _end(run: Running) -> float:
+    """When a running job will be done: its time left now is about `_end(run) - now`."""
+    return run.started_at + remaining(run.job)
