@@ -79,7 +79,7 @@ class Cycle:
         self._hist_long: dict[str, list[int]] = {}
         self._blocks: dict[tuple[str, int, bool], int] = snap.slots.copy()
         self._domains: dict[str, SortedList] = {}
-        self._pristine = True  # free map still equals the snapshot's: reuse its histograms
+        self._pristine = True  # no change yet: histograms are copied from the snapshot
         self.scratch: dict[str, object] = {}  # per-cycle memo of policies
         self.admitted: dict[str, int] = {}  # accelerators started by this cycle, per type
         self.started: list[Running] = []  # jobs this cycle starts
@@ -204,15 +204,8 @@ class Cycle:
                 hist = self._held_histogram(accelerator)
             return hist
         hist = self._hist.get(accelerator)
-        if hist is None:
-            if self._pristine:
-                hist = list(self.snap.free_hist.get(accelerator, [0]))
-            else:
-                size = self.snap.cluster.largest_node.get(accelerator, 0)
-                hist = [0] * (size + 1)
-                for i in self.snap.cluster.by_type.get(accelerator, ()):
-                    hist[self.free[i]] += 1
-            self._hist[accelerator] = hist
+        if hist is None:  # untouched so far (see _take): the snapshot's is still right
+            hist = self._hist[accelerator] = list(self.snap.free_hist.get(accelerator, [0]))
         return hist
 
     def _held_histogram(self, accelerator: str) -> list[int]:
@@ -294,7 +287,9 @@ class Cycle:
 
     def _take(self, node: int, amount: int) -> None:
         """Move `amount` accelerators of a node between free and used, keeping the indexes."""
-        self._pristine = False
+        if self._pristine:  # from now on the histograms are kept here, not rebuilt
+            self._hist = {a: list(h) for a, h in self.snap.free_hist.items()}
+            self._pristine = False
         cluster = self.snap.cluster
         accel = cluster.nodes[node].accelerator
         index = self._domains.get(accel)
