@@ -16,12 +16,16 @@ jobs/s, scheduling cycles and preemptions, and four sanity checks:
   preempted again before its penalty is paid loses less than a whole penalty, so with a
   penalty the difference may be slightly negative; with none it must be 0.)
 
+It also prints a hash of the event log: a change meant only to make the engine faster must
+leave it (and the cycle and preemption counts) unchanged.
+
 It prints figures; it is not a test. Exit status 1 when a check fails.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
 from pathlib import Path
 
@@ -85,6 +89,7 @@ def report(run: PolicyRun, workload: Workload, penalty: float) -> bool:
     print(f"   mean duration    {_num(s['mean_duration'])} s")
     print(f"   utilisation      {s['utilisation']:.4f}")
     print(f"   run time sum     {ran:.1f} s; durations + penalties {needed:.1f} s; diff {diff:.3g}")
+    print(f"   event log hash   {_events_hash(run.result.events)}")
     checks = {
         "every job finished": s["finished"] == s["jobs"] == len(workload.jobs),
         "mean JCT >= mean duration": finished != []
@@ -95,6 +100,13 @@ def report(run: PolicyRun, workload: Workload, penalty: float) -> bool:
     for name, passed in checks.items():
         print(f"   {'ok  ' if passed else 'FAIL'} {name}")
     return all(checks.values())
+
+
+def _events_hash(events: list[dict]) -> str:
+    digest = hashlib.sha256()
+    for event in events:
+        digest.update(repr(sorted(event.items())).encode())
+    return digest.hexdigest()[:16]
 
 
 def _num(value: float | None, spec: str = ".0f") -> str:
