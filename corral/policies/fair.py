@@ -202,7 +202,7 @@ class Fair(Policy):
     def _reclaim(self, cycle: Cycle, job: Job) -> Preemption | None:
         if self._reclaim_bound(cycle, job) < job.demand:
             return None
-        if not could_free_room(cycle, job, list(self._all_reclaimable(cycle, job))):
+        if not could_free_room(cycle, job, self._all_reclaimable(cycle, job)):
             return None
         found = find_victims(cycle, job, self._reclaimable(cycle, job))
         if found:
@@ -396,44 +396,33 @@ class _Answers:
         return found
 
     def may_fit(self, project: str) -> bool:
-        found = self.fits.get(project)
-        if found is None:
-            found = self.fits[project] = self.cycle.may_fit_project(project)
-        return found
+        return _ask(self.fits, project, self.cycle.may_fit_project, project)
 
     def may_reclaim(self, project: str) -> bool:
-        found = self.reclaims.get(project)
-        if found is None:
-            found = self.reclaims[project] = self.fair._may_reclaim(self.cycle, project)
-        return found
+        return _ask(self.reclaims, project, self.fair._may_reclaim, self.cycle, project)
 
     def may_outrank(self, project: str) -> bool:
-        found = self.outranks.get(project)
-        if found is None:
-            found = self.outranks[project] = self.fair._may_outrank(self.cycle, project)
-        return found
+        return _ask(self.outranks, project, self.fair._may_outrank, self.cycle, project)
 
     def within_guarantee(self, job: Job) -> bool:
         which = (job.project, job.accelerator, job.demand)
-        found = self.within.get(which)
-        if found is None:
-            found = self.within[which] = self.cycle.within_guarantee(job)
-        return found
+        return _ask(self.within, which, self.cycle.within_guarantee, job)
 
     def may_act(self, job: Job) -> bool:
-        r = job.resources
-        which = (job.project, r.accelerator, r.per_worker, r.gang, job.priority)
-        found = self.act.get(which)
-        if found is None:
-            found = self.act[which] = self.fair._may_act(self.cycle, job)
-        return found
+        which = (job.project, job.shape, job.priority)
+        return _ask(self.act, which, self.fair._may_act, self.cycle, job)
 
     def may_reserve(self, job: Job) -> bool:
         which = (job.project, job.accelerator, job.demand)
-        found = self.reserve.get(which)
-        if found is None:
-            found = self.reserve[which] = self.fair.may_reserve(self.cycle, job)
-        return found
+        return _ask(self.reserve, which, self.fair.may_reserve, self.cycle, job)
+
+
+def _ask(answers: dict, which, question, *args) -> bool:
+    """The memoised answer to `question(*args)`, filed under `which`."""
+    found = answers.get(which)
+    if found is None:
+        found = answers[which] = question(*args)
+    return found
 
 
 def _queue_of(users: dict[str, SortedKeyList]) -> _UserQueue | _ProjectQueue:
