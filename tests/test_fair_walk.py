@@ -18,7 +18,6 @@ from simkit import job, load, quota, simulate
 
 from corral.core.cycle import Cycle
 from corral.core.model import Job
-from corral.core.preempt import Preemption, could_free_room, find_victims
 from corral.policies.fair import Fair, _Answers, _ProjectQueue
 
 
@@ -82,19 +81,6 @@ class Plain(Fair):
     def _key(self, cycle: Cycle, project: str, head: Job) -> tuple:
         guaranteed, ratio = self._key_head(cycle, project, head.accelerator, head.demand)
         return (guaranteed, ratio, head.submit_time, project)
-
-    def _reclaim(self, cycle: Cycle, job: Job) -> Preemption | None:
-        if self._reclaim_bound(cycle, job) < job.demand:
-            return None
-        if not could_free_room(cycle, job, self._all_reclaimable(cycle, job)):
-            return None
-        found = find_victims(cycle, job, self._reclaimable(cycle, job))
-        if found:
-            found.why = (
-                f"reclaimed by project {job.project} for job {job.name}"
-                " (within its guarantee; the victim's project is above its own)"
-            )
-        return found
 
 
 def contended(seed: int) -> dict:

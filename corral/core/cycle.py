@@ -393,3 +393,44 @@ class Cycle:
         self._blocks = {key: n for key, n in self._blocks.items() if not key[2]}
         if self._after is not None:
             self._after.reserve(reservation)
+
+
+class SlotCounter:
+    """Free worker slots of a job's size on a cycle as running jobs are released on the side,
+    so a what-if search changes its probe (`apply`) only once the job could fit. With `long`,
+    capacity held for the reservation does not count."""
+
+    __slots__ = ("cycle", "free", "held", "per", "need", "slots", "freed", "batch")
+
+    def __init__(self, cycle: Cycle, job: Job, long: bool):
+        self.cycle, self.free = cycle, cycle.free
+        self.held = cycle.reservation.held if long and cycle.reservation is not None else {}
+        self.per, self.need = job.per_worker, job.gang
+        self.slots = cycle.blocks(job.accelerator, self.per, long)
+        self.freed: dict[int, int] = {}  # node -> accelerators released, not in `free`
+        self.batch: list[Running] = []  # the runs counted since the last `apply`
+
+    def enough(self) -> bool:
+        return self.slots >= self.need
+
+    def release(self, run: Running) -> bool:
+        """Count a run's accelerators as free; True when there are enough slots."""
+        free, held, freed, per = self.free, self.held, self.freed, self.per
+        more, slots = run.job.per_worker, self.slots
+        self.batch.append(run)
+        for i in run.nodes:
+            already = freed.get(i, 0)
+            freed[i] = already + more
+            before = free[i] + already
+            if held:  # only what is beside held capacity counts
+                beside = before - held.get(i, 0)
+                slots += max(0, beside + more) // per - max(0, beside) // per
+            else:
+                slots += (before + more) // per - before // per
+        self.slots = slots
+        return slots >= self.need
+
+    def apply(self) -> None:
+        """Release the runs counted so far on the cycle (a probe): its free map catches up."""
+        self.cycle.release_all(self.batch)
+        self.batch, self.freed = [], {}

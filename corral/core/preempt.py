@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from corral.core.cycle import Cycle
+from corral.core.cycle import Cycle, SlotCounter
 from corral.core.fit import place
 from corral.core.model import Job, Running
 from corral.core.reserve import is_short
@@ -45,14 +45,11 @@ def find_victims(cycle: Cycle, job: Job, candidates: Iterable[Running]) -> Preem
     nodes = None
     # Worker slots are counted on the side; the candidates are put on the probe (and a
     # placement tried) only once there could be enough of them.
-    counter = _SlotCounter(probe, job, long)
-    batch: list[Running] = []
+    counter = SlotCounter(probe, job, long)
     for run in candidates:
         chosen.append(run)
-        batch.append(run)
         if counter.release(run):
-            probe.release_all(batch)
-            batch, counter.freed = [], {}
+            counter.apply()
             nodes = place(probe, job, long)
             if nodes is not None:
                 break
@@ -76,41 +73,8 @@ def could_free_room(cycle: Cycle, job: Job, runs: Iterable[Running]) -> bool:
     probe step per candidate."""
     res = cycle.reservation
     long = res is not None and not is_short(job, res, cycle.snap.now)
-    counter = _SlotCounter(cycle.after_release() if cycle.releasing else cycle, job, long)
+    counter = SlotCounter(cycle.after_release() if cycle.releasing else cycle, job, long)
     return counter.enough() or any(counter.release(run) for run in runs)
-
-
-class _SlotCounter:
-    """Free worker slots of a job's size on a cycle, as running jobs are released on the side
-    (without changing the cycle)."""
-
-    __slots__ = ("free", "held", "per", "need", "slots", "freed")
-
-    def __init__(self, cycle: Cycle, job: Job, long: bool):
-        self.free = cycle.free
-        self.held = cycle.reservation.held if long and cycle.reservation is not None else {}
-        self.per, self.need = job.per_worker, job.gang
-        self.slots = cycle.blocks(job.accelerator, self.per, long)
-        self.freed: dict[int, int] = {}  # node -> accelerators released, not in `free`
-
-    def enough(self) -> bool:
-        return self.slots >= self.need
-
-    def release(self, run: Running) -> bool:
-        """Count a run's accelerators as free; True when there are enough slots."""
-        free, held, freed, per = self.free, self.held, self.freed, self.per
-        more, slots = run.job.per_worker, self.slots
-        for i in run.nodes:
-            already = freed.get(i, 0)
-            freed[i] = already + more
-            before = free[i] + already
-            if held:  # only what is beside held capacity counts
-                beside = before - held.get(i, 0)
-                slots += max(0, beside + more) // per - max(0, beside) // per
-            else:
-                slots += (before + more) // per - before // per
-        self.slots = slots
-        return slots >= self.need
 
 
 def place_after_release(cycle: Cycle, job: Job) -> tuple[int, ...] | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from corral.core.cycle import Cycle, Reservation
+from corral.core.cycle import Cycle, Reservation, SlotCounter
 from corral.core.fit import place
 from corral.core.model import Job, Running
 
@@ -32,20 +32,10 @@ def _after_releases(
     """Release running jobs on the probe, soonest to end first, until the job fits: where it
     goes and when (the last release's expected end). Worker slots are counted on the side and
     the releases put on the probe only once there could be enough of them."""
-    per, free = job.per_worker, probe.free
-    slots = probe.blocks(job.accelerator, per, long=False)
-    freed: dict[int, int] = {}  # node -> accelerators released but not yet on the probe
-    batch: list[Running] = []
+    counter = SlotCounter(probe, job, long=False)
     for run in _releases(cycle, job):
-        batch.append(run)
-        more = run.job.per_worker
-        for i in run.nodes:
-            before = free[i] + freed.get(i, 0)
-            freed[i] = freed.get(i, 0) + more
-            slots += (before + more) // per - before // per
-        if slots >= job.gang:
-            probe.release_all(batch)
-            batch, freed = [], {}
+        if counter.release(run):
+            counter.apply()
             nodes = _place(probe, job)
             if nodes is not None:
                 return nodes, run.expected_end()
