@@ -19,6 +19,9 @@ jobs/s, scheduling cycles and preemptions, and four sanity checks:
 It also prints a hash of the event log: a change meant only to make the engine faster must
 leave it (and the cycle and preemption counts) unchanged.
 
+The first line says whether the core runs compiled (mypyc, the default install) or as plain
+Python (CORRAL_PURE=1 at install time), about half as fast.
+
 It prints figures; it is not a test. Exit status 1 when a check fails.
 """
 
@@ -29,6 +32,7 @@ import hashlib
 import sys
 from pathlib import Path
 
+from corral.core import cycle
 from corral.sim.engine import SimOptions
 from corral.sim.metrics import job_table
 from corral.sim.run import (
@@ -48,6 +52,8 @@ TOLERANCE = 1e-6  # relative; sums of ~10^5 floats of up to ~10^6 s
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    compiled = not cycle.__file__.endswith(".py")
+    print("core: " + ("compiled with mypyc" if compiled else "plain Python (not compiled)"))
     workload = build_workload(
         WorkloadSpec(trace=args.trace, cluster=args.cluster, shares="demand", first=args.first)
     )

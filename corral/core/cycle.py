@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from operator import mul
+from typing import Any
 
 from sortedcontainers import SortedList
 
@@ -54,13 +55,15 @@ class Cycle:
         "changes",
     )
 
-    def __init__(self, snap: Snapshot, spread: bool = False):
+    def __init__(self, snap: Snapshot, spread: bool = False, blank: bool = False):
         self.snap = snap
         self.spread = spread
+        if blank:  # `probe` sets every other attribute itself
+            return
         self.free = snap.free.copy()
         self.node_jobs = snap.node_jobs.copy()
         self.exclusive = snap.exclusive_domains.copy()
-        self.usage = snap.usage  # copied per project on first write
+        self.usage: dict[str, Any] = snap.usage  # copied per project on first write
         self._copied: set[str] = set()
         self.victims: dict[str, Running] = {}  # chosen for preemption in this cycle
         # Jobs told to stop (before or in this cycle): their accelerators are free soon, at no
@@ -80,7 +83,7 @@ class Cycle:
         self._blocks: dict[tuple[str, int, bool], int] = snap.slots.copy()
         self._domains: dict[str, SortedList] = {}
         self._pristine = True  # no change yet: histograms are copied from the snapshot
-        self.scratch: dict[str, object] = {}  # per-cycle memo of policies
+        self.scratch: dict[str, Any] = {}  # per-cycle memo of policies
         self.admitted: dict[str, int] = {}  # accelerators started by this cycle, per type
         self.started: list[Running] = []  # jobs this cycle starts
         # Counts admissions, preemptions, promises and the reservation: a policy may keep
@@ -92,9 +95,7 @@ class Cycle:
         `released`: as it will be once the stopping jobs are gone and the promises kept."""
         if released and self.releasing:
             return self.after_release().probe()
-        other = Cycle.__new__(Cycle)
-        other.snap = self.snap
-        other.spread = self.spread
+        other = Cycle(self.snap, self.spread, blank=True)
         other.free = self.free.copy()
         other.node_jobs = self.node_jobs.copy()
         other.exclusive = self.exclusive.copy()
@@ -104,7 +105,7 @@ class Cycle:
         other.releasing, other.soon, other.promised = [], {}, {}
         other.reserver = self.reserver
         other.reservation = self.reservation
-        other.decision = None  # a probe only places: it decides nothing
+        other.decision = Decision()  # a probe only places: nothing reads it
         other._hist = {a: list(h) for a, h in self._hist.items()}
         other._hist_long = {a: list(h) for a, h in self._hist_long.items()}
         other._blocks = self._blocks.copy()
@@ -211,8 +212,9 @@ class Cycle:
     def _held_histogram(self, accelerator: str) -> list[int]:
         """The free histogram with held accelerators taken out: only held nodes differ."""
         hist = list(self.histogram(accelerator, False))
-        nodes = self.snap.cluster.nodes
-        for i, held in self.reservation.held.items():
+        nodes, reservation = self.snap.cluster.nodes, self.reservation
+        assert reservation is not None
+        for i, held in reservation.held.items():
             if nodes[i].accelerator == accelerator:
                 hist[self.free[i]] -= 1
                 hist[max(0, self.free[i] - held)] += 1

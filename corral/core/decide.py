@@ -108,7 +108,7 @@ def _arrival_may_act(cycle: Cycle, policy: Policy, reserver: _Reserver, job: Job
 def _blocked(cycle: Cycle, job: Job):
     res = cycle.reservation
     long = _long(cycle, job)
-    if long and cycle.may_fit(job, long=False):  # would fit but for the reservation
+    if long and res is not None and cycle.may_fit(job, long=False):  # but for the reservation
         return reasons.reserved(job, res.job)
     return reasons.blocked(cycle, job, long=long)
 

@@ -27,10 +27,10 @@ def place(cycle: Cycle, job: Job, long: bool = True) -> tuple[int, ...] | None:
     used_domains: set[str] = set()
     placement: list[int] = []
     for _ in range(r.slices):
-        nodes = _place_slice(cycle, job, long, taken, used_domains)
-        if nodes is None:
+        workers = _place_slice(cycle, job, long, taken, used_domains)
+        if workers is None:
             return None
-        placement.extend(nodes)
+        placement.extend(workers)
     return tuple(placement)
 
 

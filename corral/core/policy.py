@@ -9,6 +9,9 @@ an idea: `corral simulate --policy mymodule:MyPolicy`.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import ClassVar
+
+from mypy_extensions import mypyc_attr
 
 from corral.core.cycle import Cycle
 from corral.core.model import Job
@@ -17,9 +20,11 @@ from corral.core.snapshot import RunningKey, Snapshot, default_queue_key
 from corral.formats.types import Node, Quota, SchedulerConfig
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Policy:
-    name = "base"
-    preemptive = False  # the simulator and server only need victims from preemptive policies
+    name: ClassVar[str] = "base"
+    # The simulator and server only need victims from preemptive policies.
+    preemptive: ClassVar[bool] = False
 
     def __init__(self, config: SchedulerConfig | None = None):
         self.config = config or SchedulerConfig()

@@ -35,7 +35,9 @@ def victim_order(run: Running) -> tuple:
 
 
 def _end_key(run: Running) -> tuple:
-    return (run.started_at + run.job.max_runtime, run.started_at, run.job.id)
+    end = run.expected_end()
+    assert end is not None  # only jobs with a max_runtime are kept by end
+    return (end, run.started_at, run.job.id)
 
 
 class RunningByEnd:
@@ -212,7 +214,7 @@ class PendingQueue:
         self._by_shape: dict[tuple[str, int, int], SortedKeyList] | None = None
         # Jobs whose rank changes at a time of their own (LAS promotion), by that time.
         self.revisit_at = revisit_at
-        self.by_revisit = SortedKeyList(key=lambda job: (revisit_at(job), job.id))
+        self.by_revisit = SortedKeyList(key=lambda job: (revisit_at(job), job.id))  # type: ignore[misc]
         # project -> (accelerator, demand) -> count: lets a cycle see at once whether any of a
         # project's jobs could fit, without walking its queue.
         self.demand: dict[str, Counter[tuple[str, int, int]]] = defaultdict(Counter)
@@ -276,6 +278,7 @@ class PendingQueue:
             self.any_bounded += 1
 
     def _add_by_user(self, job: Job) -> None:
+        assert self._by_user is not None
         users = self._by_user.setdefault(job.project, {})
         queue = users.get(job.user)
         if queue is None:
@@ -283,6 +286,7 @@ class PendingQueue:
         queue.add(job)
 
     def _add_by_shape(self, job: Job) -> None:
+        assert self._by_shape is not None
         queue = self._by_shape.get(job.shape)
         if queue is None:
             queue = self._by_shape[job.shape] = self._sorted()
@@ -313,10 +317,10 @@ class PendingQueue:
         return job
 
 
-def _discard(queues: dict, name, job: Job) -> None:
+def _discard(queues: dict, name: object, item: Job | Running) -> None:
     """Take a job out of the named sorted queue, and the queue out when it is left empty."""
     queue = queues[name]
-    queue.remove(job)
+    queue.remove(item)
     if not queue:
         del queues[name]
 
@@ -442,8 +446,8 @@ class Snapshot:
         run = Running(job=job, nodes=where, started_at=now)
         self.running[job.id] = run
         self.running_by_end.add(run)
-        for index in self.running_by.values():
-            index.add(run)
+        for by in self.running_by.values():
+            by.add(run)
         if job.preemptible:
             self.running_priorities[job.project][job.priority] += 1
             sizes = self.preemptible_sizes[job.accelerator]
@@ -456,8 +460,8 @@ class Snapshot:
         """Release a running job's accelerators (it finished, failed, or was preempted)."""
         run = self.running.pop(job_id)
         self.running_by_end.remove(run)
-        for index in self.running_by.values():
-            index.remove(run)
+        for by in self.running_by.values():
+            by.remove(run)
         job = run.job
         if job.preemptible:
             _decrement(self.running_priorities[job.project], job.priority)
@@ -495,6 +499,7 @@ class Snapshot:
         return self._preemptible
 
     def _add_preemptible(self, run: Running) -> None:
+        assert self._preemptible is not None
         by_project = self._preemptible[run.job.accelerator]
         runs = by_project.get(run.job.project)
         if runs is None:

@@ -14,7 +14,9 @@ import heapq
 from collections import Counter
 from collections.abc import Iterator
 from itertools import takewhile
+from typing import ClassVar
 
+from mypy_extensions import mypyc_attr
 from sortedcontainers import SortedKeyList
 
 from corral.core.cycle import Cycle
@@ -26,9 +28,10 @@ from corral.core.snapshot import shape_of
 INF = float("inf")
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Fair(Policy):
-    name = "fair"
-    preemptive = True
+    name: ClassVar[str] = "fair"
+    preemptive: ClassVar[bool] = True
 
     def order(self, cycle: Cycle) -> Iterator[Job]:
         # Each project's jobs that keep it within its guarantee go first (up to its first job
@@ -53,7 +56,7 @@ class Fair(Policy):
         for project, users in cycle.snap.pending.by_user.items():
             if self._worth_a_look(cycle, project, within, answers):
                 queue = queues[project] = _queue_of(users)
-                heap.append(answers.key(project, queue.peek()))
+                heap.append(answers.key(project, queue.peek()))  # type: ignore[arg-type]
         heapq.heapify(heap)
         top = heapq.heappop(heap) if heap else None
         while top is not None:
@@ -97,7 +100,8 @@ class Fair(Policy):
             return True
         running = cycle.snap.running_priorities.get(job.project)
         return (
-            bool(running)
+            running is not None
+            and bool(running)
             and job.priority > min(running)
             and (job.project, shape, job.priority) not in scratch.get("fair.outrank_failed", ())
         )
@@ -162,7 +166,7 @@ class Fair(Policy):
     def may_preempt_for(self, cycle: Cycle, job: Job) -> bool:
         reclaim = cycle.within_guarantee(job) and self._reclaim_bound(cycle, job) >= job.demand
         running = cycle.snap.running_priorities.get(job.project)
-        return reclaim or (bool(running) and job.priority > min(running))
+        return reclaim or (running is not None and bool(running) and job.priority > min(running))
 
     def may_reserve(self, cycle: Cycle, job: Job) -> bool:
         """Within the guarantee: the job alone fits in it and the project is not borrowing.
@@ -446,5 +450,6 @@ class _UserQueue:
 
     def pop(self) -> Job:
         job = self.head
+        assert job is not None
         self.head = next(self.jobs, None)
         return job

@@ -7,6 +7,9 @@ No preemption.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import ClassVar
+
+from mypy_extensions import mypyc_attr
 
 from corral.core.cycle import Cycle
 from corral.core.model import Job
@@ -14,8 +17,9 @@ from corral.core.order import fits_shape, merged_by_shape
 from corral.core.policy import Policy
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Fifo(Policy):
-    name = "fifo"
+    name: ClassVar[str] = "fifo"
 
     def queue_key(self, job: Job) -> tuple:
         return (job.submit_time, job.name, job.id)

@@ -16,7 +16,9 @@ import struct
 from bisect import bisect_right
 from collections.abc import Iterator
 from functools import partial
+from typing import ClassVar
 
+from mypy_extensions import mypyc_attr
 from sortedcontainers import SortedList
 
 from corral.core.cycle import Cycle
@@ -25,8 +27,9 @@ from corral.core.snapshot import RunningKey
 from corral.policies.ranked import INF, Keep, RankPolicy
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Las(RankPolicy):
-    name = "las"
+    name: ClassVar[str] = "las"
 
     def __init__(self, config=None):
         super().__init__(config)
@@ -105,7 +108,8 @@ class Las(RankPolicy):
     def moved(self, cycle: Cycle) -> dict[str, tuple[tuple, Job]]:
         """Starving jobs, promoted to queue 0: placed there by submit time."""
         waiting, now = cycle.snap.pending.by_revisit, cycle.snap.now
-        if not waiting or self.revisit_at(waiting[0]) > now:  # the common case: none
+        # The common case: none. (A waiting job in this index always has a time.)
+        if not waiting or self.revisit_at(waiting[0]) > now:  # type: ignore[operator]
             return {}
         due = waiting.bisect_key_right((now, "\uffff"))
         return {job.id: ((0, *_arrival(job)), job) for job in waiting.islice(0, due)}
@@ -124,7 +128,7 @@ class Las(RankPolicy):
         waiting = cycle.snap.pending.by_revisit
         i = waiting.bisect_key_right((now, "\uffff"))
         if i < len(waiting):
-            later.append(self.revisit_at(waiting[i]))
+            later.append(self.revisit_at(waiting[i]))  # type: ignore[arg-type]
         aged = super().wake_at(cycle)
         if aged is not None:
             later.append(aged)

@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import heapq
 from abc import abstractmethod
+from collections import Counter
 from collections.abc import Callable, Iterator
+from typing import ClassVar
+
+from mypy_extensions import mypyc_attr
 
 from corral.core import reasons
 from corral.core.cycle import Cycle
@@ -25,8 +29,9 @@ Keep = Callable[[Running], bool]  # which indexed running jobs count
 Shape = tuple[str, int, int]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class RankPolicy(Policy):
-    preemptive = True
+    preemptive: ClassVar[bool] = True
 
     @abstractmethod
     def pending_rank(self, cycle: Cycle, job: Job) -> float:
@@ -111,7 +116,7 @@ class RankPolicy(Policy):
         project with a limit on its type, or a non-preemptible one?"""
         snap = cycle.snap
         for project, limits in snap.quota.limits.items():
-            if shape[0] in limits and snap.pending.demand.get(project, {}).get(shape):
+            if shape[0] in limits and snap.pending.demand.get(project, Counter()).get(shape):
                 return True
         fixed = cycle.scratch.get("rank.fixed")
         if fixed is None:  # asked only in cycles that preempt
@@ -263,7 +268,7 @@ class _Walk:
             last = key
             yield shape, job
 
-    def _wake(self, last: tuple) -> None:
+    def _wake(self, last: tuple | None) -> None:
         """More jobs are stopping: sleeping shapes go on after the last job yielded."""
         self.releasing = len(self.cycle.releasing)
         for shape, out in self.asleep.items():

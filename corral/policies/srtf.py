@@ -8,6 +8,9 @@ running jobs with strictly more time left, the longest first.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import ClassVar
+
+from mypy_extensions import mypyc_attr
 
 from corral.core.cycle import Cycle
 from corral.core.model import Job, Running
@@ -20,8 +23,9 @@ def remaining(job: Job) -> float:
     return INF if total is None else max(0.0, total - job.run_time)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Srtf(RankPolicy):
-    name = "srtf"
+    name: ClassVar[str] = "srtf"
 
     def queue_key(self, job: Job) -> tuple:
         return (remaining(job), job.submit_time, job.name, job.id)

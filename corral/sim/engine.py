@@ -208,7 +208,7 @@ class Simulator:
             work *= 1 + self.options.slowdown * _spread(self.snap, job, nodes)
         limit = job.max_runtime
         sim.timed_out = limit is not None and work > limit
-        sim.run_end = now + (limit if sim.timed_out else work)
+        sim.run_end = now + (limit if limit is not None and sim.timed_out else work)
         self._push(sim.run_end, FINISH, job_id, sim.attempt)
         self._log(now, "start", job, nodes=list(nodes))
 
