@@ -4,6 +4,7 @@ changes, and a driver's bad call changes nothing."""
 from __future__ import annotations
 
 import random
+from collections import Counter
 
 import pytest
 from simkit import quota
@@ -103,6 +104,10 @@ def test_lazy_indexes_match_a_rebuild_after_random_changes():
             mine = [r for r in snap.running.values() if r.job.project == project]
             assert list(runs) == sorted(mine, key=victim_order)
     assert sum(len(q) for q in snap.pending.by_shape.values()) == len(snap.pending)
+    priorities = {}
+    for job in expected:
+        priorities.setdefault(job.project, Counter())[job.priority] += 1
+    assert snap.pending.priorities == priorities
 
 
 def test_start_on_an_unknown_node_or_without_room_changes_nothing():

@@ -200,6 +200,7 @@ class PendingQueue:
         "demand",
         "bounded",
         "any_bounded",
+        "priorities",
         "shapes",
         "revisit_at",
         "by_revisit",
@@ -220,6 +221,7 @@ class PendingQueue:
         self.demand: dict[str, Counter[tuple[str, int, int]]] = defaultdict(Counter)
         self.bounded: Counter[str] = Counter()  # project -> pending jobs with a max_runtime
         self.any_bounded = 0  # pending jobs with a max_runtime, over all projects
+        self.priorities: dict[str, Counter[int]] = defaultdict(Counter)  # project -> priority -> n
         self.shapes: Counter[tuple[str, int, int]] = Counter()  # the same over all projects
 
     def __len__(self) -> int:
@@ -272,6 +274,7 @@ class PendingQueue:
             self.by_revisit.add(job)
         shape = job.shape
         self.demand[job.project][shape] += 1
+        self.priorities[job.project][job.priority] += 1
         self.shapes[shape] += 1
         if job.max_runtime is not None:
             self.bounded[job.project] += 1
@@ -313,6 +316,9 @@ class PendingQueue:
         _decrement(counts, job.shape)
         if not counts:
             del self.demand[job.project]
+        _decrement(self.priorities[job.project], job.priority)
+        if not self.priorities[job.project]:
+            del self.priorities[job.project]
         del self.jobs[job_id], self.keys[job_id]
         return job
 

@@ -155,13 +155,13 @@ class Fair(Policy):
         return False
 
     def _may_outrank(self, cycle: Cycle, project: str) -> bool:
-        """Does a user's first pending job outrank one of the project's running jobs?"""
+        """Does a user's first pending job outrank one of the project's running jobs? (Each
+        user's first job has that user's highest priority: the queue sorts by priority first.)"""
         running = cycle.snap.running_priorities.get(project)
-        if not running:
+        pending = cycle.snap.pending.priorities.get(project)
+        if not running or not pending:
             return False
-        lowest = min(running)
-        users = cycle.snap.pending.by_user.get(project, {})
-        return any(jobs[0].priority > lowest for jobs in users.values())
+        return max(pending) > min(running)
 
     def may_preempt_for(self, cycle: Cycle, job: Job) -> bool:
         reclaim = cycle.within_guarantee(job) and self._reclaim_bound(cycle, job) >= job.demand
