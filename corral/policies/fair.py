@@ -131,9 +131,10 @@ class Fair(Policy):
         usage = cycle.usage.get(project, {})
         if not guaranteed:  # leftovers only: share them by what each already holds
             return (True, sum(usage.values()) + demand)
-        ratio = 0.0
-        for other in set(usage) | {accel}:
-            ratio = max(ratio, cycle.ratio(project, other, demand if other == accel else 0))
+        ratio = cycle.ratio(project, accel, demand)
+        for other in usage:
+            if other != accel:
+                ratio = max(ratio, cycle.ratio(project, other))
         return (False, ratio)
 
     def _may_reclaim(self, cycle: Cycle, project: str) -> bool:
@@ -399,34 +400,46 @@ class _Answers:
             )
         return found
 
+    # Each answer below is memoised in its own table (inline: these run per popped job).
+
     def may_fit(self, project: str) -> bool:
-        return _ask(self.fits, project, self.cycle.may_fit_project, project)
+        found = self.fits.get(project)
+        if found is None:
+            found = self.fits[project] = self.cycle.may_fit_project(project)
+        return found
 
     def may_reclaim(self, project: str) -> bool:
-        return _ask(self.reclaims, project, self.fair._may_reclaim, self.cycle, project)
+        found = self.reclaims.get(project)
+        if found is None:
+            found = self.reclaims[project] = self.fair._may_reclaim(self.cycle, project)
+        return found
 
     def may_outrank(self, project: str) -> bool:
-        return _ask(self.outranks, project, self.fair._may_outrank, self.cycle, project)
+        found = self.outranks.get(project)
+        if found is None:
+            found = self.outranks[project] = self.fair._may_outrank(self.cycle, project)
+        return found
 
     def within_guarantee(self, job: Job) -> bool:
         which = (job.project, job.accelerator, job.demand)
-        return _ask(self.within, which, self.cycle.within_guarantee, job)
+        found = self.within.get(which)
+        if found is None:
+            found = self.within[which] = self.cycle.within_guarantee(job)
+        return found
 
     def may_act(self, job: Job) -> bool:
         which = (job.project, job.shape, job.priority)
-        return _ask(self.act, which, self.fair._may_act, self.cycle, job)
+        found = self.act.get(which)
+        if found is None:
+            found = self.act[which] = self.fair._may_act(self.cycle, job)
+        return found
 
     def may_reserve(self, job: Job) -> bool:
         which = (job.project, job.accelerator, job.demand)
-        return _ask(self.reserve, which, self.fair.may_reserve, self.cycle, job)
-
-
-def _ask(answers: dict, which, question, *args) -> bool:
-    """The memoised answer to `question(*args)`, filed under `which`."""
-    found = answers.get(which)
-    if found is None:
-        found = answers[which] = question(*args)
-    return found
+        found = self.reserve.get(which)
+        if found is None:
+            found = self.reserve[which] = self.fair.may_reserve(self.cycle, job)
+        return found
 
 
 def _queue_of(users: dict[str, SortedKeyList]) -> _UserQueue | _ProjectQueue:
