@@ -331,6 +331,23 @@ def _decrement(counter: Counter, key) -> None:
         del counter[key]
 
 
+@dataclass(slots=True)
+class PlanMemo:
+    """The latest reservation plan and everything it read (see reserve.plan_reservation), so
+    the next cycle can tell whether planning again would give the same answer."""
+
+    job: Job
+    spread: bool
+    exclusive: dict[str, str]  # the cycle's exclusive domains
+    node_jobs: list[int]  # the cycle's running workers per node
+    free: list[int]  # the cycle's free map
+    after: list[int]  # the free map once `releases` are gone
+    releases: list[Running]  # running jobs released, in release order, until the job fit
+    nodes: tuple[int, ...]  # where the job fits then
+    held: dict[int, int]
+    one_domain: bool  # placed from one pool's histogram: nodes below one worker never matter
+
+
 class Snapshot:
     """Cluster, quota, pending and running jobs, and the time: everything `decide` reads."""
 
@@ -376,6 +393,9 @@ class Snapshot:
         self.in_use: Counter[str] = Counter()  # type -> held by all projects
         self.capacity = self._capacity()
         self.guarantee = self._guarantees()
+        # Written by `decide`: an exact function of the state it was planned from, checked
+        # before each use (a blocked head job usually holds the same reservation for long).
+        self.plan_memo: PlanMemo | None = None
 
     # -- quota -------------------------------------------------------------------------------
 
