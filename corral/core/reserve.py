@@ -8,6 +8,8 @@ a later job may use them only if it ends before the reservation is due (DESIGN.m
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import compress
+from operator import ne
 
 from corral.core.cycle import Cycle, Reservation, SlotCounter
 from corral.core.fit import from_histogram, place
@@ -67,39 +69,51 @@ def _memo(cycle: Cycle, job: Job, reservation: Reservation, released: list[Runni
         for i in run.nodes:
             after[i] += run.job.per_worker
     return PlanMemo(
-        job,
-        cycle.spread,
-        dict(cycle.exclusive),
-        list(cycle.node_jobs),
-        list(cycle.free),
-        after,
-        released,
-        reservation.nodes,
-        reservation.held,
-        from_histogram(cycle, job),
+        job=job,
+        spread=cycle.spread,
+        exclusive=dict(cycle.exclusive),
+        node_jobs=list(cycle.node_jobs),
+        free=list(cycle.free),
+        after=after,
+        releases=released,
+        inserts=cycle.snap.running_by_end.inserts,
+        nodes=reservation.nodes,
+        held=reservation.held,
+        one_domain=from_histogram(cycle, job),
     )
 
 
 def _same_plan(cycle: Cycle, job: Job, memo: PlanMemo) -> bool:
     """Would planning again give the memo's answer? Yes when the job, the running jobs it
-    released (in order, none released before them) and what placement reads are the same.
-    Placed from a histogram, it reads only nodes with room for a worker, so a node whose free
-    accelerators changed is no matter if it has no room for one, before or after the releases
-    (nor, since releases only add room, at any point of the walk), then or now."""
+    released (in order, none released before them) and what placement reads are the same."""
     if memo.job is not job or memo.spread != cycle.spread or memo.exclusive != cycle.exclusive:
         return False
-    free, was = cycle.free, memo.free
-    if free != was:
-        if not memo.one_domain:
-            return False
-        per, after = job.per_worker, memo.after
-        for i, now_free in enumerate(free):
-            if now_free != was[i] and max(after[i], after[i] + now_free - was[i]) >= per:
-                return False
-    elif not memo.one_domain and memo.node_jobs != cycle.node_jobs:
+    if not _same_releases(cycle, memo):
         return False
-    runs = _releases(cycle, job)
-    return all(next(runs, None) is run for run in memo.releases)
+    free, was = cycle.free, memo.free
+    if free == was:
+        return memo.one_domain or memo.node_jobs == cycle.node_jobs
+    return memo.one_domain and _no_room_where_changed(free, was, memo.after, job.per_worker)
+
+
+def _same_releases(cycle: Cycle, memo: PlanMemo) -> bool:
+    """Do the memo's releases still lead the release order? Yes when every one of them still
+    runs and is not stopping, and no job was added in front of any since (`inserts`): jobs
+    left out of the order then (another type, stopping) are left out still."""
+    if cycle.snap.running_by_end.inserts != memo.inserts:
+        return False
+    running = cycle.snap.running
+    return all(running.get(run.job.id) is run and not run.terminating for run in memo.releases)
+
+
+def _no_room_where_changed(free: list[int], was: list[int], after: list[int], per: int) -> bool:
+    """Placed from a histogram, the plan reads only nodes with room for a worker, so a node
+    whose free accelerators changed is no matter if it has no room for one after the releases,
+    then or now (nor at any point of the walk: releases only add room)."""
+    for i in compress(range(len(free)), map(ne, free, was)):  # the changed nodes, found in C
+        if max(after[i], after[i] + free[i] - was[i]) >= per:
+            return False
+    return True
 
 
 def _place(probe: Cycle, job: Job) -> tuple[int, ...] | None:

@@ -44,24 +44,32 @@ class RunningByEnd:
     id. Starts usually come in time order, so those are kept in a plain dict (O(1) per start
     and stop) until a start comes out of order; then they are kept sorted."""
 
-    __slots__ = ("bounded", "unbounded", "_latest", "_sorted")
+    __slots__ = ("bounded", "unbounded", "_latest", "_sorted", "inserts")
 
     def __init__(self) -> None:
         self.bounded = SortedKeyList(key=_end_key)
         self.unbounded: dict[str, Running] = {}  # in start order while `_sorted` is None
         self._latest = float("-inf")
         self._sorted: SortedKeyList | None = None
+        # Jobs added that may not come after every job present: while it stays the same, the
+        # jobs that lead the order still lead it, unless they stopped (see reserve._same_plan).
+        self.inserts = 0
 
     def add(self, run: Running) -> None:
         if run.job.max_runtime is not None:
+            self.inserts += 1
             self.bounded.add(run)
         elif self._sorted is not None:
+            self.inserts += 1
             self._sorted.add(run)
         elif run.started_at < self._latest:
+            self.inserts += 1
             self._sorted = SortedKeyList(self.unbounded.values(), key=_start_key)
             self._sorted.add(run)
             self.unbounded = {}
         else:
+            if run.started_at == self._latest:  # ties at one instant are ordered by id
+                self.inserts += 1
             self._latest = run.started_at
             self.unbounded[run.job.id] = run
 
@@ -343,6 +351,7 @@ class PlanMemo:
     free: list[int]  # the cycle's free map
     after: list[int]  # the free map once `releases` are gone
     releases: list[Running]  # running jobs released, in release order, until the job fit
+    inserts: int  # running_by_end.inserts then
     nodes: tuple[int, ...]  # where the job fits then
     held: dict[int, int]
     one_domain: bool  # placed from one pool's histogram: nodes below one worker never matter
