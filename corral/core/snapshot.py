@@ -329,6 +329,11 @@ def _discard(queues: dict, name, job: Job) -> None:
         del queues[name]
 
 
+def _add_size(sizes: dict[str, dict[str, Counter[int]]], run: Running) -> None:
+    by_project = sizes[run.job.accelerator]
+    by_project.setdefault(run.job.project, Counter())[run.job.demand] += 1
+
+
 def shape_of(job: Job) -> tuple[str, int, int]:
     return job.shape
 
@@ -388,13 +393,12 @@ class Snapshot:
         self.exclusive_domains: dict[str, str] = {}  # domain -> job id holding it alone
         self.running: dict[str, Running] = {}
         self._preemptible: dict[str, dict[str, SortedKeyList]] | None = None
-        # accelerator -> project -> demand -> how many of those jobs: the smallest victim.
-        self.preemptible_sizes: dict[str, dict[str, Counter[int]]] = defaultdict(dict)
+        # Built when a policy first asks (see `preemptible_sizes`, `running_priorities`).
+        self._sizes: dict[str, dict[str, Counter[int]]] | None = None
+        self._priorities: dict[str, Counter[int]] | None = None
         # Running jobs by when they will end at the latest (declared max_runtime), unknown ends
         # last and oldest first: the order in which a reservation expects capacity back.
         self.running_by_end = RunningByEnd()
-        # project -> priority -> preemptible running jobs: can a pending job outrank one?
-        self.running_priorities: dict[str, Counter[int]] = defaultdict(Counter)
         # The policy's own indexes of running jobs, by name (see RunningIndex).
         self.running_by = {name: RunningIndex(key) for name, key in (running_keys or {}).items()}
         self.pending = PendingQueue(queue_key or default_queue_key, revisit_at)
@@ -474,9 +478,10 @@ class Snapshot:
         for index in self.running_by.values():
             index.add(run)
         if job.preemptible:
-            self.running_priorities[job.project][job.priority] += 1
-            sizes = self.preemptible_sizes[job.accelerator]
-            sizes.setdefault(job.project, Counter())[job.demand] += 1
+            if self._priorities is not None:
+                self._priorities[job.project][job.priority] += 1
+            if self._sizes is not None:
+                _add_size(self._sizes, run)
             if self._preemptible is not None:
                 self._add_preemptible(run)
         return run
@@ -489,13 +494,15 @@ class Snapshot:
             index.remove(run)
         job = run.job
         if job.preemptible:
-            _decrement(self.running_priorities[job.project], job.priority)
+            if self._priorities is not None:
+                _decrement(self._priorities[job.project], job.priority)
             if self._preemptible is not None:
                 _discard(self._preemptible[job.accelerator], job.project, run)
-            sizes = self.preemptible_sizes[job.accelerator]
-            _decrement(sizes[job.project], job.demand)
-            if not sizes[job.project]:
-                del sizes[job.project]
+            if self._sizes is not None:
+                sizes = self._sizes[job.accelerator]
+                _decrement(sizes[job.project], job.demand)
+                if not sizes[job.project]:
+                    del sizes[job.project]
         per = job.per_worker
         self.terminating.pop(job_id, None)
         for i in run.nodes:
@@ -522,6 +529,28 @@ class Snapshot:
                 if run.job.preemptible:
                     self._add_preemptible(run)
         return self._preemptible
+
+    @property
+    def preemptible_sizes(self) -> dict[str, dict[str, Counter[int]]]:
+        """accelerator -> project -> demand -> how many preemptible running jobs: the smallest
+        victim. Built when a policy first asks, like `preemptible`."""
+        if self._sizes is None:
+            self._sizes = defaultdict(dict)
+            for run in self.running.values():
+                if run.job.preemptible:
+                    _add_size(self._sizes, run)
+        return self._sizes
+
+    @property
+    def running_priorities(self) -> dict[str, Counter[int]]:
+        """project -> priority -> preemptible running jobs: can a pending job outrank one?
+        Built when a policy first asks, like `preemptible`."""
+        if self._priorities is None:
+            self._priorities = defaultdict(Counter)
+            for run in self.running.values():
+                if run.job.preemptible:
+                    self._priorities[run.job.project][run.job.priority] += 1
+        return self._priorities
 
     def _add_preemptible(self, run: Running) -> None:
         by_project = self._preemptible[run.job.accelerator]
