@@ -13,12 +13,21 @@ from corral.core.cycle import Cycle
 from corral.core.model import Job
 
 
+def from_histogram(cycle: Cycle, job: Job) -> bool:
+    """Is the job placed from its one-domain pool's free histogram (`_one_domain`)? Then only
+    nodes with room for a worker, and whether that domain is taken exclusively, matter."""
+    r = job.resources
+    if r.slices == 1 and not r.exclusive and (r.workers == 1 or not cycle.spread):
+        return len(cycle.snap.cluster.typed_domains.get(r.accelerator, {})) == 1
+    return False
+
+
 def place(cycle: Cycle, job: Job, long: bool = True) -> tuple[int, ...] | None:
     """Node of each worker (slice-major), honouring the cycle's free map, or None."""
     r = job.resources
     if r.slices == 1 and not r.exclusive and (r.workers == 1 or not cycle.spread):
         typed = cycle.snap.cluster.typed_domains.get(r.accelerator, {})
-        if len(typed) == 1:  # the common case: one slice in a one-domain pool
+        if len(typed) == 1:  # the common case: one slice in a one-domain pool (from_histogram)
             ((domain, nodes),) = typed.items()
             if domain in cycle.exclusive:
                 return None

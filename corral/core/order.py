@@ -9,40 +9,59 @@ shape, not one per pending job: what lets the simulator replay a busy trace in s
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from corral.core.cycle import Cycle
 from corral.core.model import Job
 
 Shape = tuple[str, int, int]
+Entry = tuple[tuple, Shape, Job, Iterator[Job]]  # a shape queue's next job, by its key
 
 
-def merged_by_shape(cycle: Cycle, viable: Callable[[Shape], bool]) -> Iterator[Job]:
-    """Pending jobs in queue-key order, skipping shapes no longer viable."""
+def queue_then_backfill(cycle: Cycle) -> Iterator[Job]:
+    """Pending jobs in queue-key order up to the first one that does not start; after it,
+    only jobs of shapes that may still fit (backfill). Whether a shape may fit changes only
+    with the cycle (`Cycle.changes`), and only from yes to no, so the shapes are looked at
+    again only after a change, and a shape dropped never comes back."""
     pending = cycle.snap.pending
     keys = pending.keys
-    heap = []
+    heap: list[Entry] = []
     for shape, jobs in pending.by_shape.items():
-        if viable(shape):
-            rest = iter(jobs)
-            job = next(rest)  # a shape's queue is never empty
-            heap.append((keys[job.id], shape, job, rest))
+        rest = iter(jobs)
+        job = next(rest)  # a shape's queue is never empty
+        heap.append((keys[job.id], shape, job, rest))
     heapq.heapify(heap)
+    starts = cycle.decision.starts
     while heap:
-        _, shape, job, rest = heap[0]
-        if not viable(shape):
-            heapq.heappop(heap)
-            continue
-        yield job
-        job = next(rest, None)
-        if job is None:
-            heapq.heappop(heap)
+        started = len(starts)
+        yield _pop(heap, keys)
+        if len(starts) == started:
+            break
+    seen = -1  # the cycle's changes when the shapes were last looked at
+    while heap:
+        if seen != cycle.changes:
+            seen = cycle.changes
+            heap = _fitting(cycle, heap)
         else:
-            heapq.heapreplace(heap, (keys[job.id], shape, job, rest))
+            yield _pop(heap, keys)
 
 
-def fits_shape(cycle: Cycle, shape: Shape) -> bool:
-    """May a job of this shape fit now? Jobs with a max_runtime may use held capacity."""
+def _pop(heap: list[Entry], keys: dict[str, tuple]) -> Job:
+    """The first job of the merge; its shape's next job takes its place."""
+    _, shape, job, rest = heap[0]
+    following = next(rest, None)
+    if following is None:
+        heapq.heappop(heap)
+    else:
+        heapq.heapreplace(heap, (keys[following.id], shape, following, rest))
+    return job
+
+
+def _fitting(cycle: Cycle, heap: list[Entry]) -> list[Entry]:
+    """The entries whose shape may fit now. Jobs with a max_runtime may use held capacity."""
     long = cycle.reservation is not None and not cycle.snap.pending.any_bounded
-    accelerator, per_worker, workers = shape
-    return cycle.may_fit_shape(accelerator, per_worker, workers, long)
+    may_fit = cycle.may_fit_shape
+    kept = [entry for entry in heap if may_fit(entry[1][0], entry[1][1], entry[1][2], long)]
+    if len(kept) < len(heap):
+        heapq.heapify(kept)
+    return kept

@@ -8,38 +8,112 @@ a later job may use them only if it ends before the reservation is due (DESIGN.m
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import compress
+from operator import ne
 
 from corral.core.cycle import Cycle, Reservation, SlotCounter
-from corral.core.fit import place
+from corral.core.fit import from_histogram, place
 from corral.core.model import Job, Running
+from corral.core.snapshot import PlanMemo
 
 
 def plan_reservation(cycle: Cycle, job: Job) -> Reservation | None:
+    # With jobs stopping, the plan starts from what they free: not memoised.
+    memoised = not cycle.releasing
+    memo = cycle.snap.plan_memo
+    if memoised and memo is not None and _same_plan(cycle, job, memo):
+        return Reservation(job, memo.nodes, _due(cycle, memo.releases), memo.held)
+    released: list[Running] = []
+    reservation = _plan(cycle, job, released)
+    if memoised and reservation is not None:
+        cycle.snap.plan_memo = _memo(cycle, job, reservation, released)
+    return reservation
+
+
+def _plan(cycle: Cycle, job: Job, released: list[Running]) -> Reservation | None:
+    """Plan from scratch; `released` gets the running jobs released."""
     probe = cycle.probe(released=True)  # what stopping jobs free is there by `now`
-    due: float | None = cycle.snap.now
     nodes = _place(probe, job)
     if nodes is None:
-        found = _after_releases(cycle, probe, job)
-        if found is None:
+        nodes = _after_releases(cycle, probe, job, released)
+        if nodes is None:
             return None
-        nodes, due = found
-    return Reservation(job, nodes, due, _held(cycle, probe, job, nodes))
+    return Reservation(job, nodes, _due(cycle, released), _held(cycle, probe, job, nodes))
+
+
+def _due(cycle: Cycle, released: list[Running]) -> float | None:
+    """When the job is expected to fit: now, or when the last job released ends."""
+    return released[-1].expected_end() if released else cycle.snap.now
 
 
 def _after_releases(
-    cycle: Cycle, probe: Cycle, job: Job
-) -> tuple[tuple[int, ...], float | None] | None:
+    cycle: Cycle, probe: Cycle, job: Job, released: list[Running]
+) -> tuple[int, ...] | None:
     """Release running jobs on the probe, soonest to end first, until the job fits: where it
-    goes and when (the last release's expected end). Worker slots are counted on the side and
-    the releases put on the probe only once there could be enough of them."""
+    goes (`released` gets the jobs released). Worker slots are counted on the side and the
+    releases put on the probe only once there could be enough of them."""
     counter = SlotCounter(probe, job, long=False)
     for run in _releases(cycle, job):
+        released.append(run)
         if counter.release(run):
             counter.apply()
             nodes = _place(probe, job)
             if nodes is not None:
-                return nodes, run.expected_end()
+                return nodes
     return None
+
+
+def _memo(cycle: Cycle, job: Job, reservation: Reservation, released: list[Running]) -> PlanMemo:
+    after = list(cycle.free)
+    for run in released:
+        for i in run.nodes:
+            after[i] += run.job.per_worker
+    return PlanMemo(
+        job=job,
+        spread=cycle.spread,
+        exclusive=dict(cycle.exclusive),
+        node_jobs=list(cycle.node_jobs),
+        free=list(cycle.free),
+        after=after,
+        releases=released,
+        inserts=cycle.snap.running_by_end.inserts,
+        nodes=reservation.nodes,
+        held=reservation.held,
+        one_domain=from_histogram(cycle, job),
+    )
+
+
+def _same_plan(cycle: Cycle, job: Job, memo: PlanMemo) -> bool:
+    """Would planning again give the memo's answer? Yes when the job, the running jobs it
+    released (in order, none released before them) and what placement reads are the same."""
+    if memo.job is not job or memo.spread != cycle.spread or memo.exclusive != cycle.exclusive:
+        return False
+    if not _same_releases(cycle, memo):
+        return False
+    free, was = cycle.free, memo.free
+    if free == was:
+        return memo.one_domain or memo.node_jobs == cycle.node_jobs
+    return memo.one_domain and _no_room_where_changed(free, was, memo.after, job.per_worker)
+
+
+def _same_releases(cycle: Cycle, memo: PlanMemo) -> bool:
+    """Do the memo's releases still lead the release order? Yes when every one of them still
+    runs and is not stopping, and no job was added in front of any since (`inserts`): jobs
+    left out of the order then (another type, stopping) are left out still."""
+    if cycle.snap.running_by_end.inserts != memo.inserts:
+        return False
+    running = cycle.snap.running
+    return all(running.get(run.job.id) is run and not run.terminating for run in memo.releases)
+
+
+def _no_room_where_changed(free: list[int], was: list[int], after: list[int], per: int) -> bool:
+    """Placed from a histogram, the plan reads only nodes with room for a worker, so a node
+    whose free accelerators changed is no matter if it has no room for one after the releases,
+    then or now (nor at any point of the walk: releases only add room)."""
+    for i in compress(range(len(free)), map(ne, free, was)):  # the changed nodes, found in C
+        if max(after[i], after[i] + free[i] - was[i]) >= per:
+            return False
+    return True
 
 
 def _place(probe: Cycle, job: Job) -> tuple[int, ...] | None:

@@ -46,24 +46,32 @@ class RunningByEnd:
     id. Starts usually come in time order, so those are kept in a plain dict (O(1) per start
     and stop) until a start comes out of order; then they are kept sorted."""
 
-    __slots__ = ("bounded", "unbounded", "_latest", "_sorted")
+    __slots__ = ("bounded", "unbounded", "_latest", "_sorted", "inserts")
 
     def __init__(self) -> None:
         self.bounded = SortedKeyList(key=_end_key)
         self.unbounded: dict[str, Running] = {}  # in start order while `_sorted` is None
         self._latest = float("-inf")
         self._sorted: SortedKeyList | None = None
+        # Jobs added that may not come after every job present: while it stays the same, the
+        # jobs that lead the order still lead it, unless they stopped (see reserve._same_plan).
+        self.inserts = 0
 
     def add(self, run: Running) -> None:
         if run.job.max_runtime is not None:
+            self.inserts += 1
             self.bounded.add(run)
         elif self._sorted is not None:
+            self.inserts += 1
             self._sorted.add(run)
         elif run.started_at < self._latest:
+            self.inserts += 1
             self._sorted = SortedKeyList(self.unbounded.values(), key=_start_key)
             self._sorted.add(run)
             self.unbounded = {}
         else:
+            if run.started_at == self._latest:  # ties at one instant are ordered by id
+                self.inserts += 1
             self._latest = run.started_at
             self.unbounded[run.job.id] = run
 
@@ -331,6 +339,11 @@ def _discard(queues: dict, name: object, item: Job | Running) -> None:
         del queues[name]
 
 
+def _add_size(sizes: dict[str, dict[str, Counter[int]]], run: Running) -> None:
+    by_project = sizes[run.job.accelerator]
+    by_project.setdefault(run.job.project, Counter())[run.job.demand] += 1
+
+
 def shape_of(job: Job) -> tuple[str, int, int]:
     return job.shape
 
@@ -339,6 +352,24 @@ def _decrement(counter: Counter, key) -> None:
     counter[key] -= 1
     if not counter[key]:
         del counter[key]
+
+
+@dataclass(slots=True)
+class PlanMemo:
+    """The latest reservation plan and everything it read (see reserve.plan_reservation), so
+    the next cycle can tell whether planning again would give the same answer."""
+
+    job: Job
+    spread: bool
+    exclusive: dict[str, str]  # the cycle's exclusive domains
+    node_jobs: list[int]  # the cycle's running workers per node
+    free: list[int]  # the cycle's free map
+    after: list[int]  # the free map once `releases` are gone
+    releases: list[Running]  # running jobs released, in release order, until the job fit
+    inserts: int  # running_by_end.inserts then
+    nodes: tuple[int, ...]  # where the job fits then
+    held: dict[int, int]
+    one_domain: bool  # placed from one pool's histogram: nodes below one worker never matter
 
 
 class Snapshot:
@@ -372,13 +403,12 @@ class Snapshot:
         self.exclusive_domains: dict[str, str] = {}  # domain -> job id holding it alone
         self.running: dict[str, Running] = {}
         self._preemptible: dict[str, dict[str, SortedKeyList]] | None = None
-        # accelerator -> project -> demand -> how many of those jobs: the smallest victim.
-        self.preemptible_sizes: dict[str, dict[str, Counter[int]]] = defaultdict(dict)
+        # Built when a policy first asks (see `preemptible_sizes`, `running_priorities`).
+        self._sizes: dict[str, dict[str, Counter[int]]] | None = None
+        self._priorities: dict[str, Counter[int]] | None = None
         # Running jobs by when they will end at the latest (declared max_runtime), unknown ends
         # last and oldest first: the order in which a reservation expects capacity back.
         self.running_by_end = RunningByEnd()
-        # project -> priority -> preemptible running jobs: can a pending job outrank one?
-        self.running_priorities: dict[str, Counter[int]] = defaultdict(Counter)
         # The policy's own indexes of running jobs, by name (see RunningIndex).
         self.running_by = {name: RunningIndex(key) for name, key in (running_keys or {}).items()}
         self.pending = PendingQueue(queue_key or default_queue_key, revisit_at)
@@ -386,6 +416,9 @@ class Snapshot:
         self.in_use: Counter[str] = Counter()  # type -> held by all projects
         self.capacity = self._capacity()
         self.guarantee = self._guarantees()
+        # Written by `decide`: an exact function of the state it was planned from, checked
+        # before each use (a blocked head job usually holds the same reservation for long).
+        self.plan_memo: PlanMemo | None = None
 
     # -- quota -------------------------------------------------------------------------------
 
@@ -455,9 +488,10 @@ class Snapshot:
         for by in self.running_by.values():
             by.add(run)
         if job.preemptible:
-            self.running_priorities[job.project][job.priority] += 1
-            sizes = self.preemptible_sizes[job.accelerator]
-            sizes.setdefault(job.project, Counter())[job.demand] += 1
+            if self._priorities is not None:
+                self._priorities[job.project][job.priority] += 1
+            if self._sizes is not None:
+                _add_size(self._sizes, run)
             if self._preemptible is not None:
                 self._add_preemptible(run)
         return run
@@ -470,13 +504,15 @@ class Snapshot:
             by.remove(run)
         job = run.job
         if job.preemptible:
-            _decrement(self.running_priorities[job.project], job.priority)
+            if self._priorities is not None:
+                _decrement(self._priorities[job.project], job.priority)
             if self._preemptible is not None:
                 _discard(self._preemptible[job.accelerator], job.project, run)
-            sizes = self.preemptible_sizes[job.accelerator]
-            _decrement(sizes[job.project], job.demand)
-            if not sizes[job.project]:
-                del sizes[job.project]
+            if self._sizes is not None:
+                sizes = self._sizes[job.accelerator]
+                _decrement(sizes[job.project], job.demand)
+                if not sizes[job.project]:
+                    del sizes[job.project]
         per = job.per_worker
         self.terminating.pop(job_id, None)
         for i in run.nodes:
@@ -503,6 +539,28 @@ class Snapshot:
                 if run.job.preemptible:
                     self._add_preemptible(run)
         return self._preemptible
+
+    @property
+    def preemptible_sizes(self) -> dict[str, dict[str, Counter[int]]]:
+        """accelerator -> project -> demand -> how many preemptible running jobs: the smallest
+        victim. Built when a policy first asks, like `preemptible`."""
+        if self._sizes is None:
+            self._sizes = defaultdict(dict)
+            for run in self.running.values():
+                if run.job.preemptible:
+                    _add_size(self._sizes, run)
+        return self._sizes
+
+    @property
+    def running_priorities(self) -> dict[str, Counter[int]]:
+        """project -> priority -> preemptible running jobs: can a pending job outrank one?
+        Built when a policy first asks, like `preemptible`."""
+        if self._priorities is None:
+            self._priorities = defaultdict(Counter)
+            for run in self.running.values():
+                if run.job.preemptible:
+                    self._priorities[run.job.project][run.job.priority] += 1
+        return self._priorities
 
     def _add_preemptible(self, run: Running) -> None:
         assert self._preemptible is not None

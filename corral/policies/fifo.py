@@ -13,7 +13,7 @@ from mypy_extensions import mypyc_attr
 
 from corral.core.cycle import Cycle
 from corral.core.model import Job
-from corral.core.order import fits_shape, merged_by_shape
+from corral.core.order import queue_then_backfill
 from corral.core.policy import Policy
 
 
@@ -27,15 +27,7 @@ class Fifo(Policy):
     def order(self, cycle: Cycle) -> Iterator[Job]:
         # The queue in order up to its first blocked job (the head); after it, backfill: only
         # jobs of shapes that can still fit. One merge of the per-shape queues serves both.
-        blocked = False
-
-        def viable(shape) -> bool:
-            return not blocked or fits_shape(cycle, shape)
-
-        for job in merged_by_shape(cycle, viable):
-            started = len(cycle.decision.starts)
-            yield job
-            blocked = blocked or len(cycle.decision.starts) == started
+        return queue_then_backfill(cycle)
 
     def may_reserve(self, cycle: Cycle, job: Job) -> bool:
         return True

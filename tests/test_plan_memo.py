@@ -1,0 +1,78 @@
+"""The memoised reservation plan (`Snapshot.plan_memo`) is always the plan made afresh.
+
+A blocked head job usually keeps its reservation for many cycles, so `plan_reservation`
+reuses the previous plan when what it read is unchanged. Here every plan of busy random
+scenarios is made twice, with the memo and without it, and the two must be equal.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from simkit import job, load, quota, simulate
+
+import corral.core.decide as decide_module
+from corral.core.cycle import Cycle, Reservation
+from corral.core.model import Job
+from corral.core.reserve import plan_reservation
+
+
+def busy(seed: int, policy: str, domains: int) -> dict:
+    """Gangs of every size on a small pool (one or two domains); some exclusive, some with a
+    max_runtime, durations that often end at one instant."""
+    rng = random.Random(seed)
+    jobs = []
+    for i in range(90):
+        extra = {}
+        if rng.random() < 0.2:
+            extra["max_runtime"] = rng.choice([300, 4000])
+        if rng.random() < 0.1:
+            extra["priority"] = 5
+        jobs.append(
+            job(
+                f"j{i:02d}",
+                rng.choice(["p0", "p1"]),
+                rng.choice([1, 1, 2, 4, 8]),
+                workers=rng.choice([1, 1, 1, 2, 3]),
+                slices=rng.choice([1, 1, 1, 2]) if domains > 1 else 1,
+                exclusive=domains > 1 and rng.random() < 0.1,
+                submit=rng.choice([0, 0, 10, 50]) + 40 * (i // 10),
+                duration=rng.choice([100, 100, 250, 900]),
+                **extra,
+            )
+        )
+    last = 6 // domains - 1
+    cluster = [
+        {"name": f"n{d}x{{0..{last}}}", "accelerator": "gpu", "count": 8, "domain": f"d{d}"}
+        for d in range(domains)
+    ]
+    q = quota({"p0": {"gpu": 1}, "p1": {"gpu": 1}})
+    return {"cluster": cluster, "quota": q, "scheduler": {"policy": policy}, "jobs": jobs}
+
+
+def _key(res: Reservation | None) -> tuple | None:
+    return None if res is None else (res.job.id, res.nodes, res.due, res.held)
+
+
+@pytest.mark.parametrize("policy", ["fifo", "fair"])
+@pytest.mark.parametrize("domains", [1, 2])
+def test_a_memoised_plan_is_the_fresh_plan(monkeypatch, policy, domains):
+    reused = []
+
+    def checked(cycle: Cycle, job: Job) -> Reservation | None:
+        snap = cycle.snap
+        before = snap.plan_memo
+        planned = plan_reservation(cycle, job)
+        kept = snap.plan_memo
+        reused.append(planned is not None and before is not None and kept is before)
+        snap.plan_memo = None
+        fresh = plan_reservation(cycle, job)
+        assert _key(planned) == _key(fresh), f"t={snap.now} job={job.id}"
+        snap.plan_memo = kept
+        return planned
+
+    monkeypatch.setattr(decide_module, "plan_reservation", checked)
+    for seed in range(6):
+        simulate(load(busy(seed, policy, domains)))
+    assert any(reused) and not all(reused)  # the memo was used, and also found stale
