@@ -14,15 +14,14 @@ from __future__ import annotations
 import math
 import struct
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from functools import partial
-
-from sortedcontainers import SortedList
+from operator import itemgetter
 
 from corral.core.cycle import Cycle
 from corral.core.model import Job, Running
 from corral.core.snapshot import RunningKey
-from corral.policies.ranked import INF, Keep, RankPolicy
+from corral.policies.ranked import INF, Entry, Keep, RankPolicy, pop_all
 
 
 class Las(RankPolicy):
@@ -79,25 +78,54 @@ class Las(RankPolicy):
         return run.started_at + (self.thresholds[level] - job.attained) / job.demand
 
     def worst_indexed(self, cycle: Cycle, keep: Keep) -> float | None:
+        # Queue 0 is the best rank a pending job can have: a worst of 0 lets no job preempt,
+        # as None does, so only the higher queues are looked at.
         now, indexes = cycle.snap.now, cycle.snap.running_by
         for level in range(len(self.thresholds), 0, -1):
             for entries in indexes[f"reach{level}"].by_type.values():
-                for _ in _reached(entries, now, keep):
-                    return level
-        for entries in indexes["start"].by_type.values():
-            if any(keep(run) for _, _, run in entries):
-                return 0
+                for reach, _, run in entries:
+                    if reach > now:
+                        break
+                    if keep(run):
+                        return level
         return None
 
     def indexed_worse(
         self, cycle: Cycle, accelerator: str, rank: float, keep: Keep
     ) -> list[Running]:
+        return [run for _, _, run in self._reached_worse(cycle, accelerator, rank) if keep(run)]
+
+    def _reached_worse(self, cycle: Cycle, accelerator: str, rank: float) -> Iterable[Entry]:
+        """The entries of the jobs in the queues worse than `rank` (a pending rank, so at
+        least 0), whether `keep` accepts them or not."""
         level = math.floor(rank) + 1  # the queues worse than `rank`: this one and later
         if level > len(self.thresholds):
-            return []
-        name = f"reach{level}" if level > 0 else "start"
-        entries = cycle.snap.running_by[name].by_type.get(accelerator)
-        return list(_reached(entries, cycle.snap.now, keep)) if entries else []
+            return ()
+        entries = cycle.snap.running_by[f"reach{level}"].by_type.get(accelerator)
+        if not entries:
+            return ()
+        # Entries are (reach time, id, run): those before (the float after now,) reached it.
+        reached = entries.bisect_left((math.nextafter(cycle.snap.now, INF),))
+        return entries.islice(0, reached)
+
+    def candidates(
+        self, cycle: Cycle, accelerator: str, rank: float
+    ) -> tuple[Iterable[Running], Iterator[Running]]:
+        # One pass over the index entries both picks the candidates and ranks them (a search
+        # that fails reads them all, one that succeeds mostly only the first few).
+        now, thresholds = cycle.snap.now, self.thresholds
+        min_runtime, taken = self.min_runtime, cycle.victims  # as _candidate(cycle, True)
+        heap = [
+            (
+                -bisect_right(thresholds, r.job.attained + (now - r.started_at) * r.job.demand),
+                -r.started_at,
+                r.job.id,
+                r,
+            )
+            for _, _, r in self._reached_worse(cycle, accelerator, rank)
+            if not r.terminating and now - r.started_at >= min_runtime and r.job.id not in taken
+        ]
+        return map(itemgetter(3), heap), pop_all(heap)
 
     def describe(self, rank: float) -> str:
         return f"queue {rank:g}"
@@ -182,13 +210,3 @@ def _from_order(i: int) -> float:
 
 
 _MAGNITUDE = (1 << 63) - 1
-
-
-def _reached(entries: SortedList, now: float, keep: Keep) -> Iterator[Running]:
-    """The jobs `keep` accepts among entries keyed by the time they reach a level, that
-    reached it by `now`."""
-    for reach, _, run in entries:
-        if reach > now:
-            return
-        if keep(run):
-            yield run
