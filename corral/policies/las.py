@@ -16,12 +16,12 @@ import struct
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from functools import partial
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 
 from corral.core.cycle import Cycle
 from corral.core.model import Job, Running
 from corral.core.snapshot import RunningKey
-from corral.policies.ranked import INF, Entry, Keep, RankPolicy, pop_all
+from corral.policies.ranked import INF, Entry, Keep, RankPolicy
 
 
 class Las(RankPolicy):
@@ -93,39 +93,50 @@ class Las(RankPolicy):
     def indexed_worse(
         self, cycle: Cycle, accelerator: str, rank: float, keep: Keep
     ) -> list[Running]:
-        return [run for _, _, run in self._reached_worse(cycle, accelerator, rank) if keep(run)]
-
-    def _reached_worse(self, cycle: Cycle, accelerator: str, rank: float) -> Iterable[Entry]:
-        """The entries of the jobs in the queues worse than `rank` (a pending rank, so at
-        least 0), whether `keep` accepts them or not."""
         level = math.floor(rank) + 1  # the queues worse than `rank`: this one and later
+        return [run for _, _, run in self._reached(cycle, accelerator, level) if keep(run)]
+
+    def _reached(self, cycle: Cycle, accelerator: str, level: int) -> Iterator[Entry]:
+        """The index entries of the preemptible jobs of a type in queue `level` (at least 1)
+        or a later one now."""
         if level > len(self.thresholds):
-            return ()
+            return iter(())
         entries = cycle.snap.running_by[f"reach{level}"].by_type.get(accelerator)
         if not entries:
-            return ()
+            return iter(())
         # Entries are (reach time, id, run): those before (the float after now,) reached it.
-        reached = entries.bisect_left((math.nextafter(cycle.snap.now, INF),))
-        return entries.islice(0, reached)
+        return entries.islice(0, entries.bisect_left((math.nextafter(cycle.snap.now, INF),)))
 
     def candidates(
         self, cycle: Cycle, accelerator: str, rank: float
     ) -> tuple[Iterable[Running], Iterator[Running]]:
-        # One pass over the index entries both picks the candidates and ranks them (a search
-        # that fails reads them all, one that succeeds mostly only the first few).
-        now, thresholds = cycle.snap.now, self.thresholds
-        min_runtime, taken = self.min_runtime, cycle.victims  # as _candidate(cycle, True)
-        heap = [
-            (
-                -bisect_right(thresholds, r.job.attained + (now - r.started_at) * r.job.demand),
-                -r.started_at,
-                r.job.id,
-                r,
-            )
-            for _, _, r in self._reached_worse(cycle, accelerator, rank)
-            if not r.terminating and now - r.started_at >= min_runtime and r.job.id not in taken
-        ]
-        return map(itemgetter(3), heap), pop_all(heap)
+        # Not ranked one by one: the queues are read from the indexes, and only the worst
+        # queue is usually sorted (a search mostly takes its first few).
+        level = math.floor(rank) + 1
+        return self._in_queues(cycle, accelerator, level), self._worst_first(
+            cycle, accelerator, level
+        )
+
+    def _in_queues(self, cycle: Cycle, accelerator: str, level: int) -> Iterator[Running]:
+        """The candidate victims of a type in queue `level` or a later one, in any order."""
+        entries = self._reached(cycle, accelerator, level)
+        if self.min_runtime > 0 or cycle.victims or cycle.snap.terminating:
+            keep = self._candidate(cycle, True)
+            return (run for _, _, run in entries if keep(run))
+        return map(_run_of, entries)  # no job is too young, taken or stopping: all are
+
+    def _worst_first(self, cycle: Cycle, accelerator: str, level: int) -> Iterator[Running]:
+        """As RankPolicy.worst_first for the candidates in queue `level` or later: queue by
+        queue from the last, each by latest start, then by id."""
+        higher: set[str] = set()  # the jobs of the queues already done
+        for k in range(len(self.thresholds), level - 1, -1):
+            runs = list(self._in_queues(cycle, accelerator, k))
+            if higher:
+                runs = [run for run in runs if run.job.id not in higher]
+            runs.sort(key=_job_id)
+            runs.sort(key=_started_at, reverse=True)  # stable: ties stay by id
+            yield from runs
+            higher.update(map(_job_id, runs))
 
     def describe(self, rank: float) -> str:
         return f"queue {rank:g}"
@@ -210,3 +221,6 @@ def _from_order(i: int) -> float:
 
 
 _MAGNITUDE = (1 << 63) - 1
+_run_of = itemgetter(2)  # of a running index entry (key, job id, run)
+_job_id = attrgetter("job.id")
+_started_at = attrgetter("started_at")
