@@ -133,9 +133,8 @@ class Las(RankPolicy):
             runs = list(self._in_queues(cycle, accelerator, k))
             if higher:
                 runs = [run for run in runs if run.job.id not in higher]
-            runs.sort(key=_job_id)
-            runs.sort(key=_started_at, reverse=True)  # stable: ties stay by id
-            yield from runs
+            runs.sort(key=_started_at, reverse=True)
+            yield from _ties_by_id(runs)
             higher.update(map(_job_id, runs))
 
     def describe(self, rank: float) -> str:
@@ -168,6 +167,21 @@ class Las(RankPolicy):
         if aged is not None:
             later.append(aged)
         return min(later) if later else None
+
+
+def _ties_by_id(runs: list[Running]) -> Iterator[Running]:
+    """`runs` (sorted by start, latest first) with the jobs that started at one time by id,
+    lazily: only the groups a search reaches are sorted."""
+    i, n = 0, len(runs)
+    while i < n:
+        j, start = i + 1, runs[i].started_at
+        while j < n and runs[j].started_at == start:
+            j += 1
+        if j > i + 1:
+            yield from sorted(runs[i:j], key=_job_id)
+        else:
+            yield runs[i]
+        i = j
 
 
 def _arrival(job: Job) -> tuple:

@@ -43,6 +43,9 @@ class Keep:
 
 
 class RankPolicy(Policy):
+    """Queue keys must start with the job's `pending_rank`, for a job that `moved` leaves at
+    its place (the walk reads it from there)."""
+
     preemptive = True
 
     @abstractmethod
@@ -64,11 +67,6 @@ class RankPolicy(Policy):
     ) -> list[Running]:
         """The preemptible running jobs of a type that `keep` accepts and whose rank now is
         strictly worse than `rank`, in any order (that `worst_first` expects)."""
-
-    def queued_rank(self, key: tuple) -> float:
-        """`pending_rank` of a job that `moved` leaves at its place, from its queue key (cheaper
-        than from the job)."""
-        return key[0]
 
     def running_keys(self) -> dict[str, RunningKey]:
         # Preemptible jobs by start: the next one to reach preempt_min_runtime (read only when
@@ -98,7 +96,7 @@ class RankPolicy(Policy):
             if cycle.may_fit_shape(shape[0], shape[1], shape[2], False):
                 return False
             worst = self._worst(cycle)
-            return worst is None or self.queued_rank(key) >= worst
+            return worst is None or key[0] >= worst  # the job's pending_rank
 
         walk = _Walk(cycle, self.moved(cycle), None if cycle.releasing else dead)
         for shape, job in walk:
