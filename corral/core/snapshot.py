@@ -199,6 +199,7 @@ class PendingQueue:
         "bounded",
         "any_bounded",
         "shapes",
+        "fixed",
         "revisit_at",
         "by_revisit",
     )
@@ -219,6 +220,7 @@ class PendingQueue:
         self.bounded: Counter[str] = Counter()  # project -> pending jobs with a max_runtime
         self.any_bounded = 0  # pending jobs with a max_runtime, over all projects
         self.shapes: Counter[tuple[str, int, int]] = Counter()  # the same over all projects
+        self.fixed: Counter[tuple[str, int, int]] = Counter()  # non-preemptible jobs per shape
 
     def __len__(self) -> int:
         return len(self.jobs)
@@ -271,6 +273,8 @@ class PendingQueue:
         shape = job.shape
         self.demand[job.project][shape] += 1
         self.shapes[shape] += 1
+        if not job.preemptible:
+            self.fixed[shape] += 1
         if job.max_runtime is not None:
             self.bounded[job.project] += 1
             self.any_bounded += 1
@@ -305,6 +309,8 @@ class PendingQueue:
             self.bounded[job.project] -= 1
             self.any_bounded -= 1
         _decrement(self.shapes, job.shape)
+        if not job.preemptible:
+            _decrement(self.fixed, job.shape)
         counts = self.demand[job.project]
         _decrement(counts, job.shape)
         if not counts:

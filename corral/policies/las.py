@@ -31,6 +31,8 @@ class Las(RankPolicy):
         super().__init__(config)
         self.thresholds = sorted(float(x) for x in self.option("las_thresholds", [3600, 36000]))
         self.starve_factor = float(self.option("starve_factor", 4))
+        # The index of the jobs in queue k or a later one, by k (0: none).
+        self.reach_names = ["", *(f"reach{k}" for k in range(1, len(self.thresholds) + 1))]
 
     def level(self, attained: float) -> int:
         return bisect_right(self.thresholds, attained)
@@ -66,7 +68,7 @@ class Las(RankPolicy):
         # crosses the first threshold above the service it had when it started.
         keys = super().running_keys()
         for k, threshold in enumerate(self.thresholds, start=1):
-            keys[f"reach{k}"] = partial(_reach, threshold=threshold)
+            keys[self.reach_names[k]] = partial(_reach, threshold=threshold)
         keys["wake"] = self._first_crossing
         return keys
 
@@ -82,7 +84,7 @@ class Las(RankPolicy):
         # as None does, so only the higher queues are looked at.
         now, indexes = cycle.snap.now, cycle.snap.running_by
         for level in range(len(self.thresholds), 0, -1):
-            for entries in indexes[f"reach{level}"].by_type.values():
+            for entries in indexes[self.reach_names[level]].by_type.values():
                 for reach, _, run in entries:
                     if reach > now:
                         break
@@ -101,7 +103,7 @@ class Las(RankPolicy):
         or a later one now."""
         if level > len(self.thresholds):
             return iter(())
-        entries = cycle.snap.running_by[f"reach{level}"].by_type.get(accelerator)
+        entries = cycle.snap.running_by[self.reach_names[level]].by_type.get(accelerator)
         if not entries:
             return iter(())
         # Entries are (reach time, id, run): those before (the float after now,) reached it.
@@ -142,11 +144,20 @@ class Las(RankPolicy):
 
     def moved(self, cycle: Cycle) -> dict[str, tuple[tuple, Job]]:
         """Starving jobs, promoted to queue 0: placed there by submit time."""
-        waiting, now = cycle.snap.pending.by_revisit, cycle.snap.now
-        if not waiting or self.revisit_at(waiting[0]) > now:  # the common case: none
+        due = self._due(cycle)
+        if not due:  # the common case
             return {}
-        due = waiting.bisect_key_right((now, "\uffff"))
+        waiting = cycle.snap.pending.by_revisit
         return {job.id: ((0, *_arrival(job)), job) for job in waiting.islice(0, due)}
+
+    def _due(self, cycle: Cycle) -> int:
+        """How many waiting jobs are promoted now: the first ones by revisit time (asked by
+        the walk and by wake_at)."""
+        due = cycle.scratch.get("las.due")
+        if not isinstance(due, int):
+            key = (cycle.snap.now, "\uffff")  # by_revisit keys are (revisit time, job id)
+            due = cycle.scratch["las.due"] = cycle.snap.pending.by_revisit.bisect_key_right(key)
+        return due
 
     def wake_at(self, cycle: Cycle) -> float | None:
         """Next time a running job crosses a queue threshold, or a waiting job is promoted."""
@@ -159,10 +170,9 @@ class Las(RankPolicy):
                 if not run.terminating and run.job.id not in cycle.victims:
                     later.append(crossing)
                     break
-        waiting = cycle.snap.pending.by_revisit
-        i = waiting.bisect_key_right((now, "\uffff"))
-        if i < len(waiting):
-            later.append(self.revisit_at(waiting[i]))
+        waiting, due = cycle.snap.pending.by_revisit, self._due(cycle)
+        if due < len(waiting):
+            later.append(self.revisit_at(waiting[due]))
         aged = super().wake_at(cycle)
         if aged is not None:
             later.append(aged)

@@ -145,11 +145,7 @@ class RankPolicy(Policy):
         for project, limits in snap.quota.limits.items():
             if shape[0] in limits and snap.pending.demand.get(project, {}).get(shape):
                 return True
-        fixed = cycle.scratch.get("rank.fixed")
-        if fixed is None:  # asked only in cycles that preempt
-            jobs = snap.pending.jobs.values()
-            fixed = cycle.scratch["rank.fixed"] = {shape_of(j) for j in jobs if not j.preemptible}
-        return shape in fixed
+        return shape in snap.pending.fixed
 
     def _worst(self, cycle: Cycle) -> float | None:
         """The worst rank of a running job that may be a victim (victims taken included),
