@@ -121,11 +121,10 @@ class Las(RankPolicy):
 
     def _in_queues(self, cycle: Cycle, accelerator: str, level: int) -> Iterator[Running]:
         """The candidate victims of a type in queue `level` or a later one, in any order."""
-        entries = self._reached(cycle, accelerator, level)
-        if self.min_runtime > 0 or cycle.victims or cycle.snap.terminating:
-            keep = self._candidate(cycle, True)
-            return (run for _, _, run in entries if keep(run))
-        return map(_run_of, entries)  # no job is too young, taken or stopping: all are
+        entries, keep = self._reached(cycle, accelerator, level), self._candidate(cycle, True)
+        if keep.every:
+            return map(_run_of, entries)
+        return (run for _, _, run in entries if keep(run))
 
     def _worst_first(self, cycle: Cycle, accelerator: str, level: int) -> Iterator[Running]:
         """As RankPolicy.worst_first for the candidates in queue `level` or later: queue by

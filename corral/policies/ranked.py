@@ -27,12 +27,16 @@ Entry = tuple[float, str, Running]  # of a running index: (key, job id, run)
 
 class Keep:
     """Which indexed (so preemptible) running jobs may be victims in a cycle: not stopping,
-    old enough, and not among `taken` (the victims already chosen, or none)."""
+    old enough, and not among `taken` (the victims already chosen, or none). `every`: no job
+    is stopping, too young or taken, so all are (a caller may skip asking)."""
 
-    __slots__ = ("now", "min_runtime", "taken")
+    __slots__ = ("now", "min_runtime", "taken", "every")
 
-    def __init__(self, now: float, min_runtime: float, taken: dict[str, Running]) -> None:
+    def __init__(
+        self, now: float, min_runtime: float, taken: dict[str, Running], stopping: bool
+    ) -> None:
         self.now, self.min_runtime, self.taken = now, min_runtime, taken
+        self.every = min_runtime <= 0 and not taken and not stopping
 
     def __call__(self, run: Running) -> bool:
         return (
@@ -157,7 +161,8 @@ class RankPolicy(Policy):
     def _candidate(self, cycle: Cycle, untaken: bool = False) -> Keep:
         """May an indexed (so preemptible) running job be a victim in this cycle? Victims
         already taken count, unless `untaken`: they were candidates when the cycle began."""
-        return Keep(cycle.snap.now, self.min_runtime, cycle.victims if untaken else {})
+        taken = cycle.victims if untaken else {}
+        return Keep(cycle.snap.now, self.min_runtime, taken, bool(cycle.snap.terminating))
 
     def may_preempt_for(self, cycle: Cycle, job: Job) -> bool:
         # The worst rank running once the cycle's starts are applied: las ranks change only at
