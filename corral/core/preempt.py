@@ -74,7 +74,7 @@ def could_free_room(cycle: Cycle, job: Job, runs: Iterable[Running]) -> bool:
     res = cycle.reservation
     long = res is not None and not is_short(job, res, cycle.snap.now)
     counter = SlotCounter(cycle.after_release() if cycle.releasing else cycle, job, long)
-    return counter.enough() or any(counter.release(run) for run in runs)
+    return counter.enough() or any(map(counter.release, runs))
 
 
 def place_after_release(cycle: Cycle, job: Job) -> tuple[int, ...] | None:

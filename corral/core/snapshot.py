@@ -210,6 +210,7 @@ class PendingQueue:
         "any_bounded",
         "priorities",
         "shapes",
+        "fixed",
         "revisit_at",
         "by_revisit",
     )
@@ -231,6 +232,7 @@ class PendingQueue:
         self.any_bounded = 0  # pending jobs with a max_runtime, over all projects
         self.priorities: dict[str, Counter[int]] = defaultdict(Counter)  # project -> priority -> n
         self.shapes: Counter[tuple[str, int, int]] = Counter()  # the same over all projects
+        self.fixed: Counter[tuple[str, int, int]] = Counter()  # non-preemptible jobs per shape
 
     def __len__(self) -> int:
         return len(self.jobs)
@@ -284,6 +286,8 @@ class PendingQueue:
         self.demand[job.project][shape] += 1
         self.priorities[job.project][job.priority] += 1
         self.shapes[shape] += 1
+        if not job.preemptible:
+            self.fixed[shape] += 1
         if job.max_runtime is not None:
             self.bounded[job.project] += 1
             self.any_bounded += 1
@@ -320,6 +324,8 @@ class PendingQueue:
             self.bounded[job.project] -= 1
             self.any_bounded -= 1
         _decrement(self.shapes, job.shape)
+        if not job.preemptible:
+            _decrement(self.fixed, job.shape)
         counts = self.demand[job.project]
         _decrement(counts, job.shape)
         if not counts:

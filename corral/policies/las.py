@@ -14,17 +14,17 @@ from __future__ import annotations
 import math
 import struct
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from functools import partial
+from operator import attrgetter, itemgetter
 from typing import ClassVar
 
 from mypy_extensions import mypyc_attr
-from sortedcontainers import SortedList
 
 from corral.core.cycle import Cycle
 from corral.core.model import Job, Running
 from corral.core.snapshot import RunningKey
-from corral.policies.ranked import INF, Keep, RankPolicy
+from corral.policies.ranked import INF, Entry, Keep, RankPolicy
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -35,6 +35,8 @@ class Las(RankPolicy):
         super().__init__(config)
         self.thresholds = sorted(float(x) for x in self.option("las_thresholds", [3600, 36000]))
         self.starve_factor = float(self.option("starve_factor", 4))
+        # The index of the jobs in queue k or a later one, by k (0: none).
+        self.reach_names = ["", *(f"reach{k}" for k in range(1, len(self.thresholds) + 1))]
 
     def level(self, attained: float) -> int:
         return bisect_right(self.thresholds, attained)
@@ -70,7 +72,7 @@ class Las(RankPolicy):
         # crosses the first threshold above the service it had when it started.
         keys = super().running_keys()
         for k, threshold in enumerate(self.thresholds, start=1):
-            keys[f"reach{k}"] = partial(_reach, threshold=threshold)
+            keys[self.reach_names[k]] = partial(_reach, threshold=threshold)
         keys["wake"] = self._first_crossing
         return keys
 
@@ -82,37 +84,83 @@ class Las(RankPolicy):
         return run.started_at + (self.thresholds[level] - job.attained) / job.demand
 
     def worst_indexed(self, cycle: Cycle, keep: Keep) -> float | None:
+        # Queue 0 is the best rank a pending job can have: a worst of 0 lets no job preempt,
+        # as None does, so only the higher queues are looked at.
         now, indexes = cycle.snap.now, cycle.snap.running_by
         for level in range(len(self.thresholds), 0, -1):
-            for entries in indexes[f"reach{level}"].by_type.values():
-                for _ in _reached(entries, now, keep):
-                    return level
-        for entries in indexes["start"].by_type.values():
-            if any(keep(run) for _, _, run in entries):
-                return 0
+            for entries in indexes[self.reach_names[level]].by_type.values():
+                for reach, _, run in entries:
+                    if reach > now:
+                        break
+                    if keep(run):
+                        return level
         return None
 
     def indexed_worse(
         self, cycle: Cycle, accelerator: str, rank: float, keep: Keep
     ) -> list[Running]:
         level = math.floor(rank) + 1  # the queues worse than `rank`: this one and later
+        return [run for _, _, run in self._reached(cycle, accelerator, level) if keep(run)]
+
+    def _reached(self, cycle: Cycle, accelerator: str, level: int) -> Iterator[Entry]:
+        """The index entries of the preemptible jobs of a type in queue `level` (at least 1)
+        or a later one now."""
         if level > len(self.thresholds):
-            return []
-        name = f"reach{level}" if level > 0 else "start"
-        entries = cycle.snap.running_by[name].by_type.get(accelerator)
-        return list(_reached(entries, cycle.snap.now, keep)) if entries else []
+            return iter(())
+        entries = cycle.snap.running_by[self.reach_names[level]].by_type.get(accelerator)
+        if not entries:
+            return iter(())
+        # Entries are (reach time, id, run): those before (the float after now,) reached it.
+        return entries.islice(0, entries.bisect_left((math.nextafter(cycle.snap.now, INF),)))
+
+    def candidates(
+        self, cycle: Cycle, accelerator: str, rank: float
+    ) -> tuple[Iterable[Running], Iterator[Running]]:
+        # Not ranked one by one: the queues are read from the indexes, and only the worst
+        # queue is usually sorted (a search mostly takes its first few).
+        level = math.floor(rank) + 1
+        return self._in_queues(cycle, accelerator, level), self._worst_first(
+            cycle, accelerator, level
+        )
+
+    def _in_queues(self, cycle: Cycle, accelerator: str, level: int) -> Iterator[Running]:
+        """The candidate victims of a type in queue `level` or a later one, in any order."""
+        entries, keep = self._reached(cycle, accelerator, level), self._candidate(cycle, True)
+        if keep.every:
+            return map(_run_of, entries)
+        return (run for _, _, run in entries if keep(run))
+
+    def _worst_first(self, cycle: Cycle, accelerator: str, level: int) -> Iterator[Running]:
+        """As RankPolicy.worst_first for the candidates in queue `level` or later: queue by
+        queue from the last, each by latest start, then by id."""
+        higher: set[str] = set()  # the jobs of the queues already done
+        for k in range(len(self.thresholds), level - 1, -1):
+            runs = list(self._in_queues(cycle, accelerator, k))
+            if higher:
+                runs = [run for run in runs if run.job.id not in higher]
+            runs.sort(key=_started_at, reverse=True)
+            yield from _ties_by_id(runs)
+            higher.update(map(_job_id, runs))
 
     def describe(self, rank: float) -> str:
         return f"queue {rank:g}"
 
     def moved(self, cycle: Cycle) -> dict[str, tuple[tuple, Job]]:
         """Starving jobs, promoted to queue 0: placed there by submit time."""
-        waiting, now = cycle.snap.pending.by_revisit, cycle.snap.now
-        # The common case: none. (A waiting job in this index always has a time.)
-        if not waiting or self.revisit_at(waiting[0]) > now:  # type: ignore[operator]
+        due = self._due(cycle)
+        if not due:  # the common case
             return {}
-        due = waiting.bisect_key_right((now, "\uffff"))
+        waiting = cycle.snap.pending.by_revisit
         return {job.id: ((0, *_arrival(job)), job) for job in waiting.islice(0, due)}
+
+    def _due(self, cycle: Cycle) -> int:
+        """How many waiting jobs are promoted now: the first ones by revisit time (asked by
+        the walk and by wake_at)."""
+        due = cycle.scratch.get("las.due")
+        if not isinstance(due, int):
+            key = (cycle.snap.now, "\uffff")  # by_revisit keys are (revisit time, job id)
+            due = cycle.scratch["las.due"] = cycle.snap.pending.by_revisit.bisect_key_right(key)
+        return due
 
     def wake_at(self, cycle: Cycle) -> float | None:
         """Next time a running job crosses a queue threshold, or a waiting job is promoted."""
@@ -125,14 +173,28 @@ class Las(RankPolicy):
                 if not run.terminating and run.job.id not in cycle.victims:
                     later.append(crossing)
                     break
-        waiting = cycle.snap.pending.by_revisit
-        i = waiting.bisect_key_right((now, "\uffff"))
-        if i < len(waiting):
-            later.append(self.revisit_at(waiting[i]))  # type: ignore[arg-type]
+        waiting, due = cycle.snap.pending.by_revisit, self._due(cycle)
+        if due < len(waiting):
+            later.append(self.revisit_at(waiting[due]))  # type: ignore[arg-type]
         aged = super().wake_at(cycle)
         if aged is not None:
             later.append(aged)
         return min(later) if later else None
+
+
+def _ties_by_id(runs: list[Running]) -> Iterator[Running]:
+    """`runs` (sorted by start, latest first) with the jobs that started at one time by id,
+    lazily: only the groups a search reaches are sorted."""
+    i, n = 0, len(runs)
+    while i < n:
+        j, start = i + 1, runs[i].started_at
+        while j < n and runs[j].started_at == start:
+            j += 1
+        if j > i + 1:
+            yield from sorted(runs[i:j], key=_job_id)
+        else:
+            yield runs[i]
+        i = j
 
 
 def _arrival(job: Job) -> tuple:
@@ -186,13 +248,6 @@ def _from_order(i: int) -> float:
 
 
 _MAGNITUDE = (1 << 63) - 1
-
-
-def _reached(entries: SortedList, now: float, keep: Keep) -> Iterator[Running]:
-    """The jobs `keep` accepts among entries keyed by the time they reach a level, that
-    reached it by `now`."""
-    for reach, _, run in entries:
-        if reach > now:
-            return
-        if keep(run):
-            yield run
+_run_of = itemgetter(2)  # of a running index entry (key, job id, run)
+_job_id = attrgetter("job.id")
+_started_at = attrgetter("started_at")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 from abc import abstractmethod
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import ClassVar
 
 from mypy_extensions import mypyc_attr
@@ -25,12 +25,36 @@ from corral.core.preempt import Preemption, could_free_room, eligible, find_vict
 from corral.core.snapshot import RunningKey, shape_of
 
 INF = float("inf")
-Keep = Callable[[Running], bool]  # which indexed running jobs count
 Shape = tuple[str, int, int]
+Entry = tuple[float, str, Running]  # of a running index: (key, job id, run)
+
+
+class Keep:
+    """Which indexed (so preemptible) running jobs may be victims in a cycle: not stopping,
+    old enough, and not among `taken` (the victims already chosen, or none). `every`: no job
+    is stopping, too young or taken, so all are (a caller may skip asking)."""
+
+    __slots__ = ("now", "min_runtime", "taken", "every")
+
+    def __init__(
+        self, now: float, min_runtime: float, taken: dict[str, Running], stopping: bool
+    ) -> None:
+        self.now, self.min_runtime, self.taken = now, min_runtime, taken
+        self.every = min_runtime <= 0 and not taken and not stopping
+
+    def __call__(self, run: Running) -> bool:
+        return (
+            not run.terminating
+            and self.now - run.started_at >= self.min_runtime
+            and run.job.id not in self.taken
+        )
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
 class RankPolicy(Policy):
+    """Queue keys must start with the job's `pending_rank`, for a job that `moved` leaves at
+    its place (the walk reads it from there)."""
+
     preemptive: ClassVar[bool] = True
 
     @abstractmethod
@@ -54,7 +78,10 @@ class RankPolicy(Policy):
         strictly worse than `rank`, in any order (that `worst_first` expects)."""
 
     def running_keys(self) -> dict[str, RunningKey]:
-        # Preemptible jobs by start: the next one to reach preempt_min_runtime.
+        # Preemptible jobs by start: the next one to reach preempt_min_runtime (read only when
+        # there is one: with none, every index kept costs each start and stop a sorted insert).
+        if self.min_runtime <= 0:
+            return {}
         return {"start": lambda run: run.started_at if run.job.preemptible else None}
 
     def describe(self, rank: float) -> str:
@@ -71,7 +98,16 @@ class RankPolicy(Policy):
         # dead for the rest of the cycle, its queue dropped whole; the walk ends with the last.
         failed = cycle.scratch.setdefault(f"{self.name}.failed", {})
         hopeless: dict[Shape, tuple[int, float]] = {}
-        walk = _Walk(cycle, self.moved(cycle))
+
+        def dead(shape: Shape, key: tuple) -> bool:
+            """Would the walk drop the shape at the (not moved) job of this queue key, were no
+            jobs stopping? (No search has failed yet: only the worst rank bars it.)"""
+            if cycle.may_fit_shape(shape[0], shape[1], shape[2], False):
+                return False
+            worst = self._worst(cycle)
+            return worst is None or key[0] >= worst  # the job's pending_rank
+
+        walk = _Walk(cycle, self.moved(cycle), None if cycle.releasing else dead)
         for shape, job in walk:
             if not cycle.may_fit(job, long=False):
                 if cycle.releasing:
@@ -118,11 +154,7 @@ class RankPolicy(Policy):
         for project, limits in snap.quota.limits.items():
             if shape[0] in limits and snap.pending.demand.get(project, Counter()).get(shape):
                 return True
-        fixed = cycle.scratch.get("rank.fixed")
-        if fixed is None:  # asked only in cycles that preempt
-            jobs = snap.pending.jobs.values()
-            fixed = cycle.scratch["rank.fixed"] = {shape_of(j) for j in jobs if not j.preemptible}
-        return shape in fixed
+        return shape in snap.pending.fixed
 
     def _worst(self, cycle: Cycle) -> float | None:
         """The worst rank of a running job that may be a victim (victims taken included),
@@ -134,14 +166,8 @@ class RankPolicy(Policy):
     def _candidate(self, cycle: Cycle, untaken: bool = False) -> Keep:
         """May an indexed (so preemptible) running job be a victim in this cycle? Victims
         already taken count, unless `untaken`: they were candidates when the cycle began."""
-        now, min_runtime, victims = cycle.snap.now, self.min_runtime, cycle.victims
-        if untaken:
-            return lambda run: (
-                not run.terminating
-                and now - run.started_at >= min_runtime
-                and run.job.id not in victims
-            )
-        return lambda run: not run.terminating and now - run.started_at >= min_runtime
+        taken = cycle.victims if untaken else {}
+        return Keep(cycle.snap.now, self.min_runtime, taken, bool(cycle.snap.terminating))
 
     def may_preempt_for(self, cycle: Cycle, job: Job) -> bool:
         # The worst rank running once the cycle's starts are applied: las ranks change only at
@@ -157,7 +183,7 @@ class RankPolicy(Policy):
         still running, and the ones the cycle starts."""
         started = [r for r in cycle.started if eligible(cycle, r, self.min_runtime)]
         ranks = self.running_ranks(cycle, started)
-        worst = self.worst_indexed(cycle, lambda run: eligible(cycle, run, self.min_runtime))
+        worst = self.worst_indexed(cycle, self._candidate(cycle, untaken=True))  # so eligible
         if worst is not None:
             ranks.append(worst)
         return max(ranks, default=None)
@@ -170,24 +196,30 @@ class RankPolicy(Policy):
         rank = self.pending_rank(cycle, job)
         if rank >= failed.get(shape, INF):
             return None
-        worse = self.indexed_worse(cycle, job.accelerator, rank, self._candidate(cycle, True))
+        worse, worst_first = self.candidates(cycle, job.accelerator, rank)
         found = None
         if could_free_room(cycle, job, worse):  # the order matters only from here on
-            found = find_victims(cycle, job, self.worst_first(cycle, worse))
+            found = find_victims(cycle, job, worst_first)
         if found is None:
             failed[shape] = min(rank, failed.get(shape, INF))
             return None
         found.why = f"preempted by job {job.name} ({self.name}: {self.describe(rank)})"
         return found
 
+    def candidates(
+        self, cycle: Cycle, accelerator: str, rank: float
+    ) -> tuple[Iterable[Running], Iterator[Running]]:
+        """The victims a job of `rank` may choose among (their set), and the same worst first,
+        lazily (not ranked before the first is asked for)."""
+        worse = self.indexed_worse(cycle, accelerator, rank, self._candidate(cycle, True))
+        return worse, self.worst_first(cycle, worse)
+
     def worst_first(self, cycle: Cycle, runs: list[Running]) -> Iterator[Running]:
         """`runs` (as `indexed_worse` gave them) worst rank first, then the most recently
         started, lazily: a search mostly needs the first few."""
         ranks = self.running_ranks(cycle, runs)
         heap = [(-k, -r.started_at, r.job.id, r) for k, r in zip(ranks, runs, strict=True)]
-        heapq.heapify(heap)  # ids are unique: runs are never compared
-        while heap:
-            yield heapq.heappop(heap)[3]
+        yield from pop_all(heap)
 
     def running_ranks(self, cycle: Cycle, runs: list[Running]) -> list[float]:
         """`running_rank` of each run (a policy may compute them all at once, faster)."""
@@ -211,16 +243,36 @@ class RankPolicy(Policy):
         return min((t for t in later if t > now), default=None)
 
 
+VictimKey = tuple[float, float, str, Running]  # (-rank, -started_at, job id, run)
+
+
+def pop_all(heap: list[VictimKey]) -> Iterator[Running]:
+    """The runs of `heap` (in any order) by their keys, lazily: heapified once, then popped."""
+    heapq.heapify(heap)  # ids are unique: runs are never compared
+    while heap:
+        yield heapq.heappop(heap)[3]
+
+
 class _Walk:
     """Pending jobs in the policy's order, as (shape, job): the per-shape queues (sorted by the
     queue key) merged, with the moved jobs at their own keys. A shape can be dropped for the
     rest of the cycle, or put to sleep until more running jobs are told to stop: then its
-    queue goes on after the job being considered."""
+    queue goes on after the job being considered.
 
-    def __init__(self, cycle: Cycle, moved: dict[str, tuple[tuple, Job]]):
+    With `dead` (no jobs stopping yet), a shape whose first job `dead` says would be dropped
+    is held out of the merge from the start: in most cycles most shapes are. Fit and victims
+    only get scarcer as the cycle goes on, so it would be dropped when reached, unless jobs
+    are told to stop before that: then it joins the merge at its first job."""
+
+    def __init__(
+        self,
+        cycle: Cycle,
+        moved: dict[str, tuple[tuple, Job]],
+        dead: Callable[[Shape, tuple], bool] | None = None,
+    ):
         self.cycle = cycle
         self.queues = cycle.snap.pending.by_shape
-        self.key = cycle.snap.pending.key
+        self.keys = cycle.snap.pending.keys  # the queue keys, computed once per job
         self.moved = moved
         self.dead: set[Shape] = set()
         self.asleep: dict[Shape, bool] = {}  # shape -> its queue is out of the heap
@@ -228,18 +280,39 @@ class _Walk:
         self.rest: dict[Shape, Iterator[Job]] = {}  # what is left of each shape's queue
         # (order key, shape, from the shape's queue (else a moved job), job)
         self.heap: list[tuple[tuple, Shape, bool, Job]] = []
-        for shape, queue in self.queues.items():
-            self.rest[shape] = iter(queue)
-            self._push(shape)
+        self.held: list[tuple[tuple, Shape, bool, Job]] = []  # first jobs of held shapes
+        if dead is None:
+            for shape, queue in self.queues.items():
+                self.rest[shape] = iter(queue)
+                self._push(shape)
+        else:
+            self._hold_dead(dead)
         for key, job in moved.values():
             self.heap.append((key, shape_of(job), False, job))
         heapq.heapify(self.heap)
+
+    def _hold_dead(self, dead: Callable[[Shape, tuple], bool]) -> None:
+        """Start the merge with the first job of each shape, holding out the dead shapes
+        (a shape with a moved job is merged as usual: its first job may be that one)."""
+        keys = self.keys
+        moving = {shape_of(job) for _, job in self.moved.values()}
+        for shape, queue in self.queues.items():
+            self.rest[shape] = rest = iter(queue)
+            if shape in moving:
+                self._push(shape)
+                continue
+            first = next(rest)  # queues are never empty
+            entry = (keys[first.id], shape, True, first)
+            if dead(shape, entry[0]):
+                self.held.append(entry)
+            else:
+                self.heap.append(entry)
 
     def _push(self, shape: Shape) -> None:
         """Put the shape's next queued job (moved ones skipped) on the heap."""
         for job in self.rest[shape]:
             if job.id not in self.moved:
-                heapq.heappush(self.heap, (self.key(job), shape, True, job))
+                heapq.heappush(self.heap, (self.keys[job.id], shape, True, job))
                 return
 
     def drop(self, shape: Shape) -> None:
@@ -267,6 +340,18 @@ class _Walk:
                 self._push(shape)
             last = key
             yield shape, job
+            if self.held and self.cycle.releasing:
+                self._unhold(last)
+
+    def _unhold(self, last: tuple) -> None:
+        """Jobs are told to stop (the job just yielded preempts): a held shape whose first job
+        came before it was dropped; the others join the merge, to be judged as jobs stop."""
+        for entry in self.held:
+            if entry[0] > last:
+                heapq.heappush(self.heap, entry)
+            else:
+                self.dead.add(entry[1])
+        self.held.clear()
 
     def _wake(self, last: tuple | None) -> None:
         """More jobs are stopping: sleeping shapes go on after the last job yielded."""

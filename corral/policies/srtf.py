@@ -7,7 +7,9 @@ running jobs with strictly more time left, the longest first.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
+from operator import itemgetter
 from typing import ClassVar
 
 from mypy_extensions import mypyc_attr
@@ -54,11 +56,13 @@ class Srtf(RankPolicy):
         now = cycle.snap.now
         margin = slack(now, rank)
         surely, lowest = (now + rank) + margin, (now + rank) - margin
-        worse = []
-        for end, _, run in reversed(entries):
-            if end < lowest:
-                break
-            if keep(run) and (end > surely or self.running_rank(cycle, run) > rank):
+        # Entries are (end, id, run): past (the float after surely,) all are worse.
+        past = entries.bisect_left((math.nextafter(surely, INF),))
+        worse = list(map(_run_of, entries.islice(past, reverse=True)))
+        if not keep.every:
+            worse = [run for run in worse if keep(run)]
+        for _, _, run in entries.islice(entries.bisect_left((lowest,)), past, reverse=True):
+            if keep(run) and self.running_rank(cycle, run) > rank:
                 worse.append(run)
         return worse
 
@@ -105,3 +109,6 @@ class Srtf(RankPolicy):
 def _end(run: Running) -> float:
     """When a running job will be done: its time left now is about `_end(run) - now`."""
     return run.started_at + remaining(run.job)
+
+
+_run_of = itemgetter(2)  # of a running index entry (end, job id, run)
