@@ -85,7 +85,9 @@ def _memo(cycle: Cycle, job: Job, reservation: Reservation, released: list[Runni
 
 def _same_plan(cycle: Cycle, job: Job, memo: PlanMemo) -> bool:
     """Would planning again give the memo's answer? Yes when the job, the running jobs it
-    released (in order, none released before them) and what placement reads are the same."""
+    released (in order, none released before them) and what placement reads are the same.
+    The memo then stands for this cycle's free map (the next check looks at what changed
+    since this one)."""
     if memo.job is not job or memo.spread != cycle.spread or memo.exclusive != cycle.exclusive:
         return False
     if not _same_releases(cycle, memo):
@@ -93,7 +95,15 @@ def _same_plan(cycle: Cycle, job: Job, memo: PlanMemo) -> bool:
     free, was = cycle.free, memo.free
     if free == was:
         return memo.one_domain or memo.node_jobs == cycle.node_jobs
-    return memo.one_domain and _no_room_where_changed(free, was, memo.after, job.per_worker)
+    if not memo.one_domain:
+        return False
+    changed = list(compress(range(len(free)), map(ne, free, was)))  # found in C
+    if not _no_room(changed, free, was, memo.after, job.per_worker):
+        return False
+    for i in changed:
+        memo.after[i] += free[i] - was[i]
+        was[i] = free[i]
+    return True
 
 
 def _same_releases(cycle: Cycle, memo: PlanMemo) -> bool:
@@ -106,14 +116,13 @@ def _same_releases(cycle: Cycle, memo: PlanMemo) -> bool:
     return all(running.get(run.job.id) is run and not run.terminating for run in memo.releases)
 
 
-def _no_room_where_changed(free: list[int], was: list[int], after: list[int], per: int) -> bool:
+def _no_room(
+    changed: list[int], free: list[int], was: list[int], after: list[int], per: int
+) -> bool:
     """Placed from a histogram, the plan reads only nodes with room for a worker, so a node
     whose free accelerators changed is no matter if it has no room for one after the releases,
     then or now (nor at any point of the walk: releases only add room)."""
-    for i in compress(range(len(free)), map(ne, free, was)):  # the changed nodes, found in C
-        if max(after[i], after[i] + free[i] - was[i]) >= per:
-            return False
-    return True
+    return all(max(after[i], after[i] + free[i] - was[i]) < per for i in changed)
 
 
 def _place(probe: Cycle, job: Job) -> tuple[int, ...] | None:
