@@ -87,6 +87,10 @@ class Cycle:
         # answers within a cycle while this stays the same (nothing else changes capacity).
         self.changes = 0
 
+    def untouched(self) -> bool:
+        """Is the free map still the snapshot's (nothing admitted, promised or released)?"""
+        return self._pristine
+
     def probe(self, released: bool = False) -> Cycle:
         """A scratch copy of the free map for what-if placement (preemption, reservation);
         `released`: as it will be once the stopping jobs are gone and the promises kept."""

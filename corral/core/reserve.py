@@ -80,6 +80,7 @@ def _memo(cycle: Cycle, job: Job, reservation: Reservation, released: list[Runni
         nodes=reservation.nodes,
         held=reservation.held,
         one_domain=from_histogram(cycle, job),
+        touched=_changed(cycle.free, cycle.snap.free),
     )
 
 
@@ -97,13 +98,19 @@ def _same_plan(cycle: Cycle, job: Job, memo: PlanMemo) -> bool:
         return memo.one_domain or memo.node_jobs == cycle.node_jobs
     if not memo.one_domain:
         return False
-    changed = list(compress(range(len(free)), map(ne, free, was)))  # found in C
+    changed = list(memo.touched) if cycle.untouched() else _changed(free, was)
     if not _no_room(changed, free, was, memo.after, job.per_worker):
         return False
     for i in changed:
         memo.after[i] += free[i] - was[i]
         was[i] = free[i]
+    memo.touched = set() if cycle.untouched() else _changed(free, cycle.snap.free)
     return True
+
+
+def _changed(free: list[int], other: list[int]) -> set[int]:
+    """Nodes where two free maps differ (compared in C)."""
+    return set(compress(range(len(free)), map(ne, free, other)))
 
 
 def _same_releases(cycle: Cycle, memo: PlanMemo) -> bool:

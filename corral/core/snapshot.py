@@ -360,6 +360,9 @@ class PlanMemo:
     nodes: tuple[int, ...]  # where the job fits then
     held: dict[int, int]
     one_domain: bool  # placed from one pool's histogram: nodes below one worker never matter
+    # Nodes where the snapshot's free map may differ from `free` (the snapshot adds those it
+    # changes), so an unchanged cycle finds what changed without comparing every node.
+    touched: set[int]
 
 
 class Snapshot:
@@ -571,6 +574,8 @@ class Snapshot:
         after = self.free[node] = before + amount
         hist[before] -= 1
         hist[after] += 1
+        if self.plan_memo is not None:
+            self.plan_memo.touched.add(node)
         slots = self.slots
         for key, count in slots.items():
             if key[0] == accel:
