@@ -324,7 +324,10 @@ class PendingQueue:
 def _discard(queues: dict, name, job: Job) -> None:
     """Take a job out of the named sorted queue, and the queue out when it is left empty."""
     queue = queues[name]
-    queue.remove(job)
+    if queue[0] is job:  # the usual case: the first job of a queue starts
+        queue.pop(0)
+    else:
+        queue.remove(job)
     if not queue:
         del queues[name]
 
@@ -339,8 +342,10 @@ def shape_of(job: Job) -> tuple[str, int, int]:
 
 
 def _decrement(counter: Counter, key) -> None:
-    counter[key] -= 1
-    if not counter[key]:
+    left = counter[key] - 1
+    if left:
+        counter[key] = left
+    else:
         del counter[key]
 
 
