@@ -392,9 +392,10 @@ class Cycle:
 
     def reserve(self, reservation: Reservation) -> None:
         self.changes += 1
+        if self.reservation is not None:  # else no count for long jobs was kept apart yet
+            self._hist_long.clear()  # availability for long jobs changed
+            self._blocks = {key: n for key, n in self._blocks.items() if not key[2]}
         self.reservation = reservation
-        self._hist_long.clear()  # availability for long jobs changed
-        self._blocks = {key: n for key, n in self._blocks.items() if not key[2]}
         if self._after is not None:
             self._after.reserve(reservation)
 

@@ -467,7 +467,7 @@ class Snapshot:
         anything: an unknown job or node is a KeyError, a node short of room a ValueError."""
         job = self.pending.jobs[job_id]
         index, free, per = self.cluster.index, self.free, job.per_worker
-        where = tuple(index[name] for name in nodes)
+        where = tuple([index[name] for name in nodes])
         for i in where:
             if free[i] < per:
                 raise ValueError(f"node {self.cluster.nodes[i].name} lacks {per} free")
@@ -598,4 +598,4 @@ class Snapshot:
 
     def node_names(self, positions: Iterable[int]) -> tuple[str, ...]:
         nodes = self.cluster.nodes
-        return tuple(nodes[i].name for i in positions)
+        return tuple([nodes[i].name for i in positions])
