@@ -90,6 +90,10 @@ class Cycle:
         # answers within a cycle while this stays the same (nothing else changes capacity).
         self.changes = 0
 
+    def untouched(self) -> bool:
+        """Is the free map still the snapshot's (nothing admitted, promised or released)?"""
+        return self._pristine
+
     def probe(self, released: bool = False) -> Cycle:
         """A scratch copy of the free map for what-if placement (preemption, reservation);
         `released`: as it will be once the stopping jobs are gone and the promises kept."""
@@ -390,9 +394,10 @@ class Cycle:
 
     def reserve(self, reservation: Reservation) -> None:
         self.changes += 1
+        if self.reservation is not None:  # else no count for long jobs was kept apart yet
+            self._hist_long.clear()  # availability for long jobs changed
+            self._blocks = {key: n for key, n in self._blocks.items() if not key[2]}
         self.reservation = reservation
-        self._hist_long.clear()  # availability for long jobs changed
-        self._blocks = {key: n for key, n in self._blocks.items() if not key[2]}
         if self._after is not None:
             self._after.reserve(reservation)
 

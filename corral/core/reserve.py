@@ -7,7 +7,7 @@ a later job may use them only if it ends before the reservation is due (DESIGN.m
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from itertools import compress
 from operator import ne
 
@@ -80,12 +80,15 @@ def _memo(cycle: Cycle, job: Job, reservation: Reservation, released: list[Runni
         nodes=reservation.nodes,
         held=reservation.held,
         one_domain=from_histogram(cycle, job),
+        touched=_changed(cycle.free, cycle.snap.free),
     )
 
 
 def _same_plan(cycle: Cycle, job: Job, memo: PlanMemo) -> bool:
     """Would planning again give the memo's answer? Yes when the job, the running jobs it
-    released (in order, none released before them) and what placement reads are the same."""
+    released (in order, none released before them) and what placement reads are the same.
+    The memo then stands for this cycle's free map (the next check looks at what changed
+    since this one)."""
     if memo.job is not job or memo.spread != cycle.spread or memo.exclusive != cycle.exclusive:
         return False
     if not _same_releases(cycle, memo):
@@ -93,7 +96,21 @@ def _same_plan(cycle: Cycle, job: Job, memo: PlanMemo) -> bool:
     free, was = cycle.free, memo.free
     if free == was:
         return memo.one_domain or memo.node_jobs == cycle.node_jobs
-    return memo.one_domain and _no_room_where_changed(free, was, memo.after, job.per_worker)
+    if not memo.one_domain:
+        return False
+    changed = list(memo.touched) if cycle.untouched() else _changed(free, was)
+    if not _no_room(changed, free, was, memo.after, job.per_worker):
+        return False
+    for i in changed:
+        memo.after[i] += free[i] - was[i]
+        was[i] = free[i]
+    memo.touched = set() if cycle.untouched() else _changed(free, cycle.snap.free)
+    return True
+
+
+def _changed(free: list[int], other: list[int]) -> set[int]:
+    """Nodes where two free maps differ (compared in C)."""
+    return set(compress(range(len(free)), map(ne, free, other)))
 
 
 def _same_releases(cycle: Cycle, memo: PlanMemo) -> bool:
@@ -106,14 +123,13 @@ def _same_releases(cycle: Cycle, memo: PlanMemo) -> bool:
     return all(running.get(run.job.id) is run and not run.terminating for run in memo.releases)
 
 
-def _no_room_where_changed(free: list[int], was: list[int], after: list[int], per: int) -> bool:
+def _no_room(
+    changed: Iterable[int], free: list[int], was: list[int], after: list[int], per: int
+) -> bool:
     """Placed from a histogram, the plan reads only nodes with room for a worker, so a node
     whose free accelerators changed is no matter if it has no room for one after the releases,
     then or now (nor at any point of the walk: releases only add room)."""
-    for i in compress(range(len(free)), map(ne, free, was)):  # the changed nodes, found in C
-        if max(after[i], after[i] + free[i] - was[i]) >= per:
-            return False
-    return True
+    return all(max(after[i], after[i] + free[i] - was[i]) < per for i in changed)
 
 
 def _place(probe: Cycle, job: Job) -> tuple[int, ...] | None:

@@ -340,7 +340,10 @@ class PendingQueue:
 def _discard(queues: dict, name: object, item: Job | Running) -> None:
     """Take a job out of the named sorted queue, and the queue out when it is left empty."""
     queue = queues[name]
-    queue.remove(item)
+    if queue[0] is item:  # the usual case: the first job of a queue starts
+        queue.pop(0)
+    else:
+        queue.remove(item)
     if not queue:
         del queues[name]
 
@@ -355,8 +358,10 @@ def shape_of(job: Job) -> tuple[str, int, int]:
 
 
 def _decrement(counter: Counter, key) -> None:
-    counter[key] -= 1
-    if not counter[key]:
+    left = counter[key] - 1
+    if left:
+        counter[key] = left
+    else:
         del counter[key]
 
 
@@ -376,6 +381,9 @@ class PlanMemo:
     nodes: tuple[int, ...]  # where the job fits then
     held: dict[int, int]
     one_domain: bool  # placed from one pool's histogram: nodes below one worker never matter
+    # Nodes where the snapshot's free map may differ from `free` (the snapshot adds those it
+    # changes), so an unchanged cycle finds what changed without comparing every node.
+    touched: set[int]
 
 
 class Snapshot:
@@ -475,7 +483,7 @@ class Snapshot:
         anything: an unknown job or node is a KeyError, a node short of room a ValueError."""
         job = self.pending.jobs[job_id]
         index, free, per = self.cluster.index, self.free, job.per_worker
-        where = tuple(index[name] for name in nodes)
+        where = tuple([index[name] for name in nodes])
         for i in where:
             if free[i] < per:
                 raise ValueError(f"node {self.cluster.nodes[i].name} lacks {per} free")
@@ -588,6 +596,8 @@ class Snapshot:
         after = self.free[node] = before + amount
         hist[before] -= 1
         hist[after] += 1
+        if self.plan_memo is not None:
+            self.plan_memo.touched.add(node)
         slots = self.slots
         for key, count in slots.items():
             if key[0] == accel:
@@ -605,4 +615,4 @@ class Snapshot:
 
     def node_names(self, positions: Iterable[int]) -> tuple[str, ...]:
         nodes = self.cluster.nodes
-        return tuple(nodes[i].name for i in positions)
+        return tuple([nodes[i].name for i in positions])
