@@ -16,7 +16,7 @@ from typing import Any
 from sortedcontainers import SortedList
 
 from corral.core.model import Decision, Job, Preempt, Reason, Running, Start
-from corral.core.snapshot import NONE, Snapshot
+from corral.core.snapshot import Snapshot
 
 
 @dataclass(slots=True)
@@ -63,7 +63,8 @@ class Cycle:
         self.free = snap.free.copy()
         self.node_jobs = snap.node_jobs.copy()
         self.exclusive = snap.exclusive_domains.copy()
-        self.usage: dict[str, Any] = snap.usage  # copied per project on first write
+        # Copied per project on first write.
+        self.usage: dict[str, dict[str, int]] = snap.usage  # type: ignore[assignment]
         self._copied: set[str] = set()
         self.victims: dict[str, Running] = {}  # chosen for preemption in this cycle
         # Jobs told to stop (before or in this cycle): their accelerators are free soon, at no
@@ -172,7 +173,8 @@ class Cycle:
     # -- usage -------------------------------------------------------------------------------
 
     def held(self, project: str, accelerator: str) -> int:
-        return self.usage.get(project, NONE).get(accelerator, 0)
+        held = self.usage.get(project)  # (typed lookups: fast once compiled)
+        return 0 if held is None else held.get(accelerator, 0)
 
     def _add_usage(self, project: str, accelerator: str, amount: int) -> None:
         if self.usage is self.snap.usage:

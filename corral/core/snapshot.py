@@ -457,7 +457,8 @@ class Snapshot:
         self.guarantee = self._guarantees()
 
     def guarantee_of(self, project: str, accelerator: str) -> float:
-        return self.guarantee.get(project, NONE).get(accelerator, 0.0)
+        shares = self.guarantee.get(project)  # (typed lookups: fast once compiled)
+        return 0.0 if shares is None else shares.get(accelerator, 0.0)
 
     def limit_of(self, project: str, accelerator: str) -> float:
         return self.quota.limits.get(project, NONE).get(accelerator, INF)
@@ -611,7 +612,8 @@ class Snapshot:
     # -- reads -------------------------------------------------------------------------------
 
     def held(self, project: str, accelerator: str) -> int:
-        return self.usage.get(project, NONE).get(accelerator, 0)
+        held = self.usage.get(project)
+        return 0 if held is None else held.get(accelerator, 0)
 
     def node_names(self, positions: Iterable[int]) -> tuple[str, ...]:
         nodes = self.cluster.nodes

@@ -125,7 +125,7 @@ class Fair(Policy):
                 least[accel] = need
         return any(cycle.room_within(project, accel, need) for accel, need in least.items())
 
-    def _key_head(self, cycle: Cycle, project: str, accel: str, demand: int) -> tuple:
+    def _key_head(self, cycle: Cycle, project: str, accel: str, demand: int) -> tuple[bool, float]:
         """The part of a project's key that its head job's type and demand set: rule 3."""
         guaranteed = project in cycle.snap.guarantee
         usage = cycle.usage.get(project, {})
@@ -372,7 +372,7 @@ class _Answers:
 
     def _capacity_changed(self) -> None:
         self.fits: dict[str, bool] = {}
-        self.heads: dict[tuple, tuple] = {}
+        self.heads: dict[tuple[str, str, int], tuple[bool, float]] = {}
         self.within: dict[tuple, bool] = {}
         self.reserve: dict[tuple, bool] = {}
         self.new_pass()
@@ -388,7 +388,8 @@ class _Answers:
         which = (project, head.accelerator, head.demand)
         part = self.heads.get(which)
         if part is None:
-            part = self.heads[which] = self.fair._key_head(self.cycle, *which)
+            part = self.fair._key_head(self.cycle, project, head.accelerator, head.demand)
+            self.heads[which] = part
         return (part[0], part[1], head.submit_time, project)
 
     def may_progress(self, project: str) -> bool:
