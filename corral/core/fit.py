@@ -24,14 +24,12 @@ def from_histogram(cycle: Cycle, job: Job) -> bool:
 
 def place(cycle: Cycle, job: Job, long: bool = True) -> tuple[int, ...] | None:
     """Node of each worker (slice-major), honouring the cycle's free map, or None."""
+    if from_histogram(cycle, job):  # the common case: one slice in a one-domain pool
+        ((domain, nodes),) = cycle.snap.cluster.typed_domains[job.accelerator].items()
+        if domain in cycle.exclusive:
+            return None
+        return _one_domain(cycle, job, long, nodes)
     r = job.resources
-    if r.slices == 1 and not r.exclusive and (r.workers == 1 or not cycle.spread):
-        typed = cycle.snap.cluster.typed_domains.get(r.accelerator, {})
-        if len(typed) == 1:  # the common case: one slice in a one-domain pool (from_histogram)
-            ((domain, nodes),) = typed.items()
-            if domain in cycle.exclusive:
-                return None
-            return _one_domain(cycle, job, long, nodes)
     taken: dict[int, int] = {}  # node -> accelerators this job claims already (earlier slices)
     used_domains: set[str] = set()
     placement: list[int] = []
