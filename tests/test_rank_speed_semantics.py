@@ -340,20 +340,28 @@ def _running(attained: float, demand: int, start: float, preemptible: bool = Tru
     return Running(job=core, nodes=(0,), started_at=start)
 
 
+def full_node_snapshot(policy: str):
+    """One 8-GPU node, all of it held by the running job "r": where the walk tests start."""
+    from corral.core.model import Job
+    from corral.formats.types import Node, Resources
+
+    scenario = load(busy(policy, 1, 0))
+    snap = load_policy(scenario.quota.scheduler).snapshot([Node("n0", "gpu", 8)], scenario.quota)
+    snap.submit(Job("r", "r", "a", "u", 0, Resources("gpu", 8), 0.0, duration=900.0))
+    snap.start("r", ["n0"], 0.0)
+    return snap
+
+
 def test_a_sleeping_shape_goes_on_after_the_job_that_made_more_jobs_stop():
     # The walk skips a shape put to sleep while no more jobs are told to stop; once one is
     # (a preemption), the shape's queue goes on after the job being considered, so its jobs
     # that come later in the order are seen again.
     from corral.core.cycle import Cycle
     from corral.core.model import Job
-    from corral.formats.types import Node, Resources
+    from corral.formats.types import Resources
     from corral.policies.ranked import _Walk
 
-    scenario = load(busy("srtf", 1, 0))
-    policy = load_policy(scenario.quota.scheduler)
-    snap = policy.snapshot([Node("n0", "gpu", 8)], scenario.quota)
-    snap.submit(Job("r", "r", "a", "u", 0, Resources("gpu", 8), 0.0, duration=900.0))
-    snap.start("r", ["n0"], 0.0)
+    snap = full_node_snapshot("srtf")
     ranks = {"a1": 10, "a2": 15, "b1": 20, "a3": 30, "b2": 40, "a4": 50}
     for name, rank in ranks.items():
         per = 1 if name[0] == "a" else 2

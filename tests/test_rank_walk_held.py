@@ -5,7 +5,7 @@ shape, and victims read queue by queue from the las indexes."""
 from __future__ import annotations
 
 from simkit import load
-from test_rank_speed_semantics import busy
+from test_rank_speed_semantics import busy, full_node_snapshot
 
 from corral.core.cycle import Cycle
 from corral.core.model import Job
@@ -19,11 +19,7 @@ def test_a_held_shape_joins_the_walk_if_a_job_before_its_first_preempts():
     # Shapes of 2 and 4 accelerators are held out from the start. Without a preemption the
     # walk never shows them; after a1 preempts, the shape whose first job comes later (b1)
     # is walked, the one whose first job came earlier (c1) stays dropped, as if reached.
-    scenario = load(busy("srtf", 1, 0))
-    policy = load_policy(scenario.quota.scheduler)
-    snap = policy.snapshot([Node("n0", "gpu", 8)], scenario.quota)
-    snap.submit(Job("r", "r", "a", "u", 0, Resources("gpu", 8), 0.0, duration=900.0))
-    snap.start("r", ["n0"], 0.0)
+    snap = full_node_snapshot("srtf")
     ranks = {"c1": 5, "a1": 10, "b1": 20, "a2": 30, "b2": 40}
     per = {"a": 1, "b": 2, "c": 4}
     for name, rank in ranks.items():
