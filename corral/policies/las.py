@@ -16,7 +16,7 @@ import struct
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from functools import partial
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from typing import ClassVar
 
 from mypy_extensions import mypyc_attr
@@ -24,7 +24,7 @@ from mypy_extensions import mypyc_attr
 from corral.core.cycle import Cycle
 from corral.core.model import Job, Running
 from corral.core.snapshot import RunningKey
-from corral.policies.ranked import INF, Entry, Keep, RankPolicy
+from corral.policies.ranked import INF, Entry, Keep, RankPolicy, run_of
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -86,14 +86,11 @@ class Las(RankPolicy):
     def worst_indexed(self, cycle: Cycle, keep: Keep) -> float | None:
         # Queue 0 is the best rank a pending job can have: a worst of 0 lets no job preempt,
         # as None does, so only the higher queues are looked at.
-        now, indexes = cycle.snap.now, cycle.snap.running_by
+        indexes = cycle.snap.running_by
         for level in range(len(self.thresholds), 0, -1):
-            for entries in indexes[self.reach_names[level]].by_type.values():
-                for reach, _, run in entries:
-                    if reach > now:
-                        break
-                    if keep(run):
-                        return level
+            for accelerator in indexes[self.reach_names[level]].by_type:
+                if any(map(keep, map(run_of, self._reached(cycle, accelerator, level)))):
+                    return level
         return None
 
     def indexed_worse(
@@ -127,7 +124,7 @@ class Las(RankPolicy):
         """The candidate victims of a type in queue `level` or a later one, in any order."""
         entries, keep = self._reached(cycle, accelerator, level), self._candidate(cycle, True)
         if keep.every:
-            return map(_run_of, entries)
+            return map(run_of, entries)
         return (run for _, _, run in entries if keep(run))
 
     def _worst_first(self, cycle: Cycle, accelerator: str, level: int) -> Iterator[Running]:
@@ -248,6 +245,5 @@ def _from_order(i: int) -> float:
 
 
 _MAGNITUDE = (1 << 63) - 1
-_run_of = itemgetter(2)  # of a running index entry (key, job id, run)
 _job_id = attrgetter("job.id")
 _started_at = attrgetter("started_at")

@@ -13,6 +13,7 @@ import heapq
 from abc import abstractmethod
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from operator import itemgetter
 from typing import ClassVar
 
 from mypy_extensions import mypyc_attr
@@ -27,6 +28,7 @@ from corral.core.snapshot import RunningKey, shape_of
 INF = float("inf")
 Shape = tuple[str, int, int]
 Entry = tuple[float, str, Running]  # of a running index: (key, job id, run)
+run_of = itemgetter(2)  # the run of an Entry
 
 
 class Keep:

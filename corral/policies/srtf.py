@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from operator import itemgetter
 from typing import ClassVar
 
 from mypy_extensions import mypyc_attr
@@ -17,7 +16,7 @@ from mypy_extensions import mypyc_attr
 from corral.core.cycle import Cycle
 from corral.core.model import Job, Running
 from corral.core.snapshot import RunningKey
-from corral.policies.ranked import INF, Keep, RankPolicy, slack
+from corral.policies.ranked import INF, Keep, RankPolicy, run_of, slack
 
 
 def remaining(job: Job) -> float:
@@ -58,7 +57,7 @@ class Srtf(RankPolicy):
         surely, lowest = (now + rank) + margin, (now + rank) - margin
         # Entries are (end, id, run): past (the float after surely,) all are worse.
         past = entries.bisect_left((math.nextafter(surely, INF),))
-        worse = list(map(_run_of, entries.islice(past, reverse=True)))
+        worse = list(map(run_of, entries.islice(past, reverse=True)))
         if not keep.every:
             worse = [run for run in worse if keep(run)]
         for _, _, run in entries.islice(entries.bisect_left((lowest,)), past, reverse=True):
@@ -109,6 +108,3 @@ class Srtf(RankPolicy):
 def _end(run: Running) -> float:
     """When a running job will be done: its time left now is about `_end(run) - now`."""
     return run.started_at + remaining(run.job)
-
-
-_run_of = itemgetter(2)  # of a running index entry (end, job id, run)
