@@ -100,9 +100,28 @@ def _fit(cycle: Cycle, job: Job) -> tuple[int, ...] | None:
 
 
 def _arrival_may_act(cycle: Cycle, policy: Policy, reserver: _Reserver, job: Job) -> bool:
-    """Might a new job fit in what this cycle left free (reserved capacity aside), or preempt?"""
+    """Might a new job change the next cycle: fit in what this cycle left free, preempt, or
+    take the reservation over (which frees what was held for its holder)?"""
+    if not _settled(cycle, policy):
+        return True
+    holder = cycle.reserver
+    if holder is not None and policy.may_precede(cycle, job, holder):
+        # Considered before the reservation is planned: held capacity counts as free for it.
+        return (
+            policy.may_reserve(cycle, job)
+            or cycle.may_fit(job, long=False)
+            or policy.may_preempt_for(cycle, job)
+        )
     reserver.before_admitting(cycle)  # the reservation the next cycle would hold
     return cycle.may_fit(job, _long(cycle, job)) or policy.may_preempt_for(cycle, job)
+
+
+def _settled(cycle: Cycle, policy: Policy) -> bool:
+    """Would a cycle run now, with no job new, decide nothing? Asked once per decision."""
+    settled = cycle.scratch.get("settled")
+    if settled is None:
+        settled = cycle.scratch["settled"] = policy.settled(cycle)
+    return bool(settled)
 
 
 def _blocked(cycle: Cycle, job: Job):

@@ -74,6 +74,19 @@ class Policy:
         Policies that preempt must override it."""
         return self.preemptive
 
+    def settled(self, cycle: Cycle) -> bool:
+        """Once this cycle's decision is applied, would another cycle with no job new decide
+        nothing? A driver skips the cycle of an arrival that cannot act only then. Surely
+        when this one started nothing (it changed nothing); otherwise the jobs it started may
+        be victims, or change the order or the reservation the next cycle plans."""
+        return not cycle.started
+
+    def may_precede(self, cycle: Cycle, job: Job, other: Job) -> bool:
+        """Might `job` come before `other` (both pending) in the order of a cycle like this
+        one? True unless the policy is sure: a driver then runs a cycle for an arrival that
+        could take the reservation `other` holds."""
+        return True
+
     def may_reserve(self, cycle: Cycle, job: Job) -> bool:
         """May this blocked job hold a reservation (only the first such job gets one)?"""
         return False

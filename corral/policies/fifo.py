@@ -15,6 +15,7 @@ from corral.core.cycle import Cycle
 from corral.core.model import Job
 from corral.core.order import queue_then_backfill
 from corral.core.policy import Policy
+from corral.core.reserve import plan_reservation
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -28,6 +29,24 @@ class Fifo(Policy):
         # The queue in order up to its first blocked job (the head); after it, backfill: only
         # jobs of shapes that can still fit. One merge of the per-shape queues serves both.
         return queue_then_backfill(cycle)
+
+    def settled(self, cycle: Cycle) -> bool:
+        # The order is static and a job passed over does not fit in less room: only the
+        # reservation may differ, planned again with the jobs started running.
+        res = cycle.reservation
+        if not cycle.started or res is None:  # none planned yet: it will be on the end state
+            return True
+        again = plan_reservation(Cycle(cycle.snap, spread=self.spread), res.job)
+        return again is not None and (again.nodes, again.held, again.due) == (
+            res.nodes,
+            res.held,
+            res.due,
+        )
+
+    def may_precede(self, cycle: Cycle, job: Job, other: Job) -> bool:
+        # The queue comes first, and `other`, blocked, ends it: later jobs only backfill.
+        keys = cycle.snap.pending.keys
+        return bool(keys[job.id] < keys[other.id])
 
     def may_reserve(self, cycle: Cycle, job: Job) -> bool:
         return True
