@@ -71,10 +71,16 @@ def could_free_room(cycle: Cycle, job: Job, runs: Iterable[Running]) -> bool:
     capacity held for a reservation it outlasts (find_victims never lands on that)? A cheap
     necessary condition (domains aside) to try before `find_victims`, whose walk costs a
     probe step per candidate."""
+    counter = free_room_counter(cycle, job)
+    return counter.enough() or any(map(counter.release, runs))
+
+
+def free_room_counter(cycle: Cycle, job: Job) -> SlotCounter:
+    """Worker slots of the job's size once the stopping jobs are gone, beside capacity held
+    for a reservation it outlasts: what `could_free_room` counts releases on."""
     res = cycle.reservation
     long = res is not None and not is_short(job, res, cycle.snap.now)
-    counter = SlotCounter(cycle.after_release() if cycle.releasing else cycle, job, long)
-    return counter.enough() or any(map(counter.release, runs))
+    return SlotCounter(cycle.after_release() if cycle.releasing else cycle, job, long)
 
 
 def place_after_release(cycle: Cycle, job: Job) -> tuple[int, ...] | None:

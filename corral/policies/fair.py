@@ -22,7 +22,13 @@ from sortedcontainers import SortedKeyList
 from corral.core.cycle import Cycle
 from corral.core.model import Job, Running
 from corral.core.policy import Policy
-from corral.core.preempt import Preemption, could_free_room, eligible, find_victims
+from corral.core.preempt import (
+    Preemption,
+    could_free_room,
+    eligible,
+    find_victims,
+    free_room_counter,
+)
 from corral.core.snapshot import shape_of
 
 INF = float("inf")
@@ -142,17 +148,15 @@ class Fair(Policy):
         of a shape whose reclaim has not failed yet, with another project that has some to give?"""
         if not cycle.scratch.get("fair.reclaim"):
             return False
-        snap = cycle.snap
         failed = cycle.scratch.get("fair.reclaim_failed", ())
-        for shape in snap.pending.demand.get(project, ()):
+        for shape in cycle.snap.pending.demand.get(project, ()):
             accel, per_worker, workers = shape
             if (project, shape) in failed:
                 continue
             if not cycle.room_within(project, accel, per_worker * workers):
                 continue
-            for other in snap.preemptible.get(accel, ()):
-                if other != project and self._excess(cycle, other, accel) > 0:
-                    return True
+            if any(giver.project != project for giver in _givers(cycle, accel)):
+                return True
         return False
 
     def _may_outrank(self, cycle: Cycle, project: str) -> bool:
@@ -207,7 +211,7 @@ class Fair(Policy):
     def _reclaim(self, cycle: Cycle, job: Job) -> Preemption | None:
         if self._reclaim_bound(cycle, job) < job.demand:
             return None
-        if not could_free_room(cycle, job, self._all_reclaimable(cycle, job)):
+        if not self._may_free(cycle, job):
             return None
         found = find_victims(cycle, job, self._reclaimable(cycle, job))
         if found:
@@ -220,32 +224,24 @@ class Fair(Policy):
     def _reclaim_bound(self, cycle: Cycle, job: Job) -> float:
         """Free accelerators plus what other projects could give up above their guarantees."""
         bound = float(cycle.free_total(job.accelerator))
-        for project in cycle.snap.preemptible.get(job.accelerator, ()):
-            if project != job.project:
-                bound += self._excess(cycle, project, job.accelerator)
+        for giver in _givers(cycle, job.accelerator):
+            if giver.project != job.project:
+                bound += giver.held - giver.guarantee
         return bound
-
-    def _excess(self, cycle: Cycle, project: str, accel: str) -> float:
-        """What a project holds above its guarantee, or 0 when even its smallest preemptible
-        job would take it below (then it has nothing to give)."""
-        excess = cycle.held(project, accel) - cycle.snap.guarantee_of(project, accel)
-        sizes = cycle.snap.preemptible_sizes[accel].get(project)
-        if not sizes or min(sizes) > excess + 1e-9:
-            return 0.0
-        return excess
 
     def _reclaimable(self, cycle: Cycle, job: Job) -> Iterator[Running]:
         """Jobs of over-guarantee projects: most over-served project first, then lowest
         priority, then most recently started; never taking a project below its guarantee."""
-        snap, accel = cycle.snap, job.accelerator
         pools: dict[str, Iterator[Running]] = {}
         held: dict[str, float] = {}
-        for project, runs in snap.preemptible.get(accel, {}).items():
-            if project != job.project and self._excess(cycle, project, accel) > 0:
-                pools[project] = iter(runs)
-                held[project] = cycle.held(project, accel)
-        guarantee = {p: snap.guarantee_of(p, accel) for p in pools}
-        smallest = {p: min(snap.preemptible_sizes[accel][p]) for p in pools}
+        guarantee: dict[str, float] = {}
+        smallest: dict[str, int] = {}
+        for giver in _givers(cycle, job.accelerator):
+            project = giver.project
+            if project != job.project:
+                pools[project] = iter(giver.runs)
+                held[project], guarantee[project] = giver.held, giver.guarantee
+                smallest[project] = giver.smallest
         while pools:
             project = max(pools, key=lambda p: (_ratio(held[p], guarantee[p]), p))
             floor = guarantee[project] - 1e-9
@@ -266,22 +262,25 @@ class Fair(Policy):
                 held[project] -= run.job.demand
                 yield run
 
-    def _all_reclaimable(self, cycle: Cycle, job: Job) -> Iterator[Running]:
-        """Every job `_reclaimable` would offer, in no useful order (each project's share is
-        its own, so the interleaving does not change the set): cheap, for bounds."""
-        snap, accel = cycle.snap, job.accelerator
-        for project, runs in snap.preemptible.get(accel, {}).items():
-            if project == job.project or self._excess(cycle, project, accel) <= 0:
+    def _may_free(self, cycle: Cycle, job: Job) -> bool:
+        """`could_free_room` with every job `_reclaimable` would offer, taken in no useful
+        order (each project's share is its own, so the interleaving does not change the set).
+        A loop, not a generator: a blocked whole-node job asks this in most cycles."""
+        counter = free_room_counter(cycle, job)
+        if counter.enough():
+            return True
+        for giver in _givers(cycle, job.accelerator):
+            if giver.project == job.project:
                 continue
-            held = cycle.held(project, accel)
-            floor = snap.guarantee_of(project, accel) - 1e-9
-            smallest = min(snap.preemptible_sizes[accel][project])
-            for run in runs:
+            held, floor, smallest = giver.held, giver.guarantee - 1e-9, giver.smallest
+            for run in giver.runs:
                 if held - smallest < floor:
                     break  # no job left is small enough to lose (held only shrinks)
                 if held - run.job.demand >= floor and self._eligible(cycle, run):
                     held -= run.job.demand
-                    yield run
+                    if counter.release(run):
+                        return True
+        return False
 
     def _outranked(self, cycle: Cycle, job: Job) -> list[Running]:
         runs = cycle.snap.preemptible.get(job.accelerator, {}).get(job.project, ())
@@ -297,6 +296,41 @@ class Fair(Policy):
         return after <= cycle.snap.guarantee_of(job.project, job.accelerator) + 1e-9 or (
             freed >= job.demand
         )
+
+
+class _Giver:
+    """A project above its guarantee of a type with a preemptible job small enough to lose."""
+
+    __slots__ = ("project", "held", "guarantee", "smallest", "runs")
+
+    def __init__(
+        self, project: str, held: int, guarantee: float, smallest: int, runs: SortedKeyList
+    ):
+        self.project, self.held, self.guarantee = project, held, guarantee
+        self.smallest, self.runs = smallest, runs
+
+
+def _givers(cycle: Cycle, accel: str) -> list[_Giver]:
+    """The projects that may give up jobs of a type now: asked per project and shape in
+    each pass, so kept until the cycle next changes what projects hold."""
+    scratch = cycle.scratch
+    memo = scratch.get("fair.givers")
+    if memo is None or memo[0] != cycle.changes:
+        memo = scratch["fair.givers"] = (cycle.changes, {})
+    by_type: dict[str, list[_Giver]] = memo[1]
+    found = by_type.get(accel)
+    if found is None:
+        found = by_type[accel] = []
+        snap = cycle.snap
+        sizes = snap.preemptible_sizes[accel]
+        for project, runs in snap.preemptible.get(accel, {}).items():
+            held, guarantee = cycle.held(project, accel), snap.guarantee_of(project, accel)
+            counts = sizes.get(project)
+            if counts:
+                smallest = min(counts)
+                if smallest <= held - guarantee + 1e-9 and held > guarantee:
+                    found.append(_Giver(project, held, guarantee, smallest, runs))
+    return found
 
 
 def _ratio(held: float, guarantee: float) -> float:
