@@ -149,13 +149,18 @@ class Fair(Policy):
         if not cycle.scratch.get("fair.reclaim"):
             return False
         failed = cycle.scratch.get("fair.reclaim_failed", ())
+        others: dict[str, bool] = {}  # accelerator -> has another project to give some
         for shape in cycle.snap.pending.demand.get(project, ()):
             accel, per_worker, workers = shape
             if (project, shape) in failed:
                 continue
             if not cycle.room_within(project, accel, per_worker * workers):
                 continue
-            if any(giver.project != project for giver in _givers(cycle, accel)):
+            found = others.get(accel)
+            if found is None:
+                givers = _givers(cycle, accel)
+                found = others[accel] = any(giver.project != project for giver in givers)
+            if found:
                 return True
         return False
 
@@ -272,7 +277,9 @@ class Fair(Policy):
         for giver in _givers(cycle, job.accelerator):
             if giver.project == job.project:
                 continue
-            held, floor, smallest = giver.held, giver.guarantee - 1e-9, giver.smallest
+            held: float = giver.held
+            floor: float = giver.guarantee - 1e-9
+            smallest: int = giver.smallest
             for run in giver.runs:
                 if held - smallest < floor:
                     break  # no job left is small enough to lose (held only shrinks)
