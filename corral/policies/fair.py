@@ -277,9 +277,7 @@ class Fair(Policy):
         for giver in _givers(cycle, job.accelerator):
             if giver.project == job.project:
                 continue
-            held: float = giver.held
-            floor: float = giver.guarantee - 1e-9
-            smallest: int = giver.smallest
+            held, floor, smallest = giver.held, giver.guarantee - 1e-9, giver.smallest
             for run in giver.runs:
                 if held - smallest < floor:
                     break  # no job left is small enough to lose (held only shrinks)
@@ -311,7 +309,7 @@ class _Giver:
     __slots__ = ("project", "held", "guarantee", "smallest", "runs")
 
     def __init__(
-        self, project: str, held: int, guarantee: float, smallest: int, runs: SortedKeyList
+        self, project: str, held: float, guarantee: float, smallest: int, runs: SortedKeyList
     ):
         self.project, self.held, self.guarantee = project, held, guarantee
         self.smallest, self.runs = smallest, runs
@@ -336,7 +334,7 @@ def _givers(cycle: Cycle, accel: str) -> list[_Giver]:
             if counts:
                 smallest = min(counts)
                 if smallest <= held - guarantee + 1e-9 and held > guarantee:
-                    found.append(_Giver(project, held, guarantee, smallest, runs))
+                    found.append(_Giver(project, float(held), guarantee, smallest, runs))
     return found
 
 
