@@ -2,8 +2,9 @@
 
 Event-driven by default: a cycle runs after each batch of arrivals and completions at one
 instant (and again at once while a decision preempts, since victims free capacity at once).
-An instant whose only events are arrivals that the last decision says can neither start nor
-preempt runs no cycle: its outcome would be the same.
+An instant whose only events are arrivals that the last decision says change nothing (it is
+settled, and they can neither start, preempt nor take the reservation over) runs no cycle: its
+outcome would be the same.
 With `round_s`, cycles run only on multiples of the round, like Gavel or Blox. A preempted
 job keeps its progress (checkpointing), plus `restart_penalty` seconds on each resume.
 """
@@ -164,7 +165,7 @@ class Simulator:
             self._log(now, "reject", job, reason=why)
             return False, 1
         self.snap.submit(job)
-        # An arrival that can neither start nor preempt changes no decision: skip its cycle.
+        # An arrival that changes no decision needs no cycle (see decide._arrival_may_act).
         last = self._last
         if last is None or last.arrival_may_act is None or not self.options.skip_idle_arrivals:
             return True, 0
