@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import mul
 from types import MappingProxyType
-from typing import Generic, TypeVar
+from typing import ClassVar, Generic, TypeVar
 
 from sortedcontainers import SortedKeyList, SortedList
 
@@ -55,6 +55,8 @@ class SortedQueue(Generic[T]):
         self.items: list[T] = []
         self.head = 0  # items before it have left
 
+    SHIFT_ON_READ: ClassVar[int] = 2048  # at most this many items shifted to read a queue
+
     def add(self, key: tuple, item: T) -> None:
         keys = self.keys
         if keys and key < keys[-1]:
@@ -69,11 +71,9 @@ class SortedQueue(Generic[T]):
         """Take out an item added with this key (ValueError if it is not there)."""
         items, head = self.items, self.head
         if head < len(items) and items[head] is item:  # the usual case: the first one leaves
-            self.head = head = head + 1
-            if 2 * head >= len(items):
-                del items[:head]
-                del self.keys[:head]
-                self.head = 0
+            self.head = head + 1
+            if 2 * self.head >= len(items):
+                self._shift()
             return
         at = bisect_left(self.keys, key, head)
         while at < len(items) and items[at] is not item:
@@ -95,9 +95,19 @@ class SortedQueue(Generic[T]):
         return self.items[self.head + index]
 
     def __iter__(self) -> Iterator[T]:
+        # A list iterator is several times faster than a generator: shift out the items that
+        # left when that is cheap (short queues, the most read), else skip them.
+        if self.head and len(self.items) <= self.SHIFT_ON_READ:
+            self._shift()
         if self.head == 0:
             return iter(self.items)
         return _from(self.items, self.head)
+
+    def _shift(self) -> None:
+        """Drop the items that left the front."""
+        del self.items[: self.head]
+        del self.keys[: self.head]
+        self.head = 0
 
     def irange_key(
         self, min_key: tuple | None = None, inclusive: tuple[bool, bool] = (True, True)
@@ -186,6 +196,7 @@ class Cluster:
     index: dict[str, int]  # node name -> position
     domains: dict[str, tuple[int, ...]]  # domain -> node positions, in name order
     domain_of: tuple[str, ...]  # node position -> domain
+    accelerator_of: tuple[str, ...]  # node position -> its accelerator type
     by_type: dict[str, tuple[int, ...]]  # accelerator -> node positions
     capacity: dict[str, int]  # accelerator -> inventory count
     largest_node: dict[str, int]  # accelerator -> most accelerators on one node
@@ -234,6 +245,7 @@ class Cluster:
             index={n.name: i for i, n in enumerate(ordered)},
             domains={d: tuple(v) for d, v in sorted(domains.items())},
             domain_of=tuple(n.domain for n in ordered),
+            accelerator_of=tuple(n.accelerator for n in ordered),
             by_type={t: tuple(v) for t, v in sorted(by_type.items())},
             capacity=dict(capacity),
             largest_node=largest,
@@ -425,7 +437,10 @@ def _discard(queues: dict, name: object, key: tuple, item: Job | Running) -> Non
 
 def _add_size(sizes: dict[str, dict[str, Counter[int]]], run: Running) -> None:
     by_project = sizes[run.job.accelerator]
-    by_project.setdefault(run.job.project, Counter())[run.job.demand] += 1
+    counts = by_project.get(run.job.project)
+    if counts is None:  # (not setdefault: it would build a Counter on every call)
+        counts = by_project[run.job.project] = Counter()
+    counts[run.job.demand] += 1
 
 
 def shape_of(job: Job) -> tuple[str, int, int]:
@@ -666,7 +681,7 @@ class Snapshot:
         self.terminating[job_id] = run
 
     def _change_free(self, node: int, amount: int) -> None:
-        accel = self.cluster.nodes[node].accelerator
+        accel = self.cluster.accelerator_of[node]
         hist = self.free_hist[accel]
         before = self.free[node]
         after = self.free[node] = before + amount
