@@ -10,7 +10,7 @@ import pytest
 from simkit import quota
 
 from corral.core.model import Job
-from corral.core.snapshot import Snapshot, victim_order
+from corral.core.snapshot import Snapshot, SortedQueue, victim_order
 from corral.formats import Node, Resources, parse_quota
 
 
@@ -121,3 +121,32 @@ def test_start_on_an_unknown_node_or_without_room_changes_nothing():
         snap.start("more", ["n0"], 0.0)
     assert "more" in snap.pending and list(snap.pending.all)[0].id == "more"
     assert snap.free == [0] and list(snap.running) == ["big"]
+
+
+def test_sorted_queue_reads_like_a_sorted_list_as_items_come_and_go():
+    rng = random.Random(3)
+    queue: SortedQueue[str] = SortedQueue()
+    present: list[tuple[tuple, str]] = []
+    for n in range(2000):
+        if present and rng.random() < 0.45:
+            # mostly the first one leaves (the usual case), sometimes any
+            key, item = present[0] if rng.random() < 0.7 else rng.choice(present)
+            queue.remove(key, item)
+            present.remove((key, item))
+        else:
+            # mostly in key order; equal keys keep the order they came in
+            key = (rng.randint(0, 3), n // 3 if rng.random() < 0.8 else rng.randint(0, n))
+            item = f"i{n}"  # (the queue finds an item by identity, as it does jobs)
+            queue.add(key, item)
+            present.append((key, item))
+            present.sort(key=lambda entry: entry[0])
+        items = [item for _, item in present]
+        assert list(queue) == items and len(queue) == len(items)
+        if items:
+            assert queue[0] == items[0] and queue[-1] == items[-1]
+            middle = present[len(present) // 2][0]
+            assert list(queue.irange_key(middle, inclusive=(False, True))) == [
+                item for key, item in present if key > middle
+            ]
+    with pytest.raises(ValueError):
+        queue.remove((9, 9), "absent")

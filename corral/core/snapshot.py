@@ -7,11 +7,13 @@ a cycle costs what changed, not the size of the queue or of the job history.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import mul
 from types import MappingProxyType
+from typing import ClassVar, Generic, TypeVar
 
 from sortedcontainers import SortedKeyList, SortedList
 
@@ -22,6 +24,7 @@ QueueKey = Callable[[Job], tuple]
 INF = float("inf")
 NONE: Mapping = MappingProxyType({})  # an empty mapping to look things up in
 RunningKey = Callable[[Running], float | None]
+T = TypeVar("T")
 
 
 def default_queue_key(job: Job) -> tuple:
@@ -38,6 +41,88 @@ def _end_key(run: Running) -> tuple:
     end = run.expected_end()
     assert end is not None  # only jobs with a max_runtime are kept by end
     return (end, run.started_at, run.job.id)
+
+
+class SortedQueue(Generic[T]):
+    """Items in the order of the keys given with them (equal keys: first added first), read
+    like a list: iteration, `len`, `queue[i]`. Made for queues that items mostly join at the
+    end and leave at the front: two plain lists, keys and items, and the items that left the
+    front are counted off (`head`) rather than shifted out one by one, until they are half the
+    lists. Keys compare as tuples in C; a SortedKeyList would call a key function in Python."""
+
+    def __init__(self) -> None:
+        self.keys: list[tuple] = []
+        self.items: list[T] = []
+        self.head = 0  # items before it have left
+
+    SHIFT_ON_READ: ClassVar[int] = 2048  # at most this many items shifted to read a queue
+
+    def add(self, key: tuple, item: T) -> None:
+        keys = self.keys
+        if keys and key < keys[-1]:
+            at = bisect_right(keys, key, self.head)
+            keys.insert(at, key)
+            self.items.insert(at, item)
+        else:
+            keys.append(key)
+            self.items.append(item)
+
+    def remove(self, key: tuple, item: T) -> None:
+        """Take out an item added with this key (ValueError if it is not there)."""
+        items, head = self.items, self.head
+        if head < len(items) and items[head] is item:  # the usual case: the first one leaves
+            self.head = head + 1
+            if 2 * self.head >= len(items):
+                self._shift()
+            return
+        at = bisect_left(self.keys, key, head)
+        while at < len(items) and items[at] is not item:
+            at += 1
+        if at == len(items):
+            raise ValueError("not in the queue")
+        del items[at]
+        del self.keys[at]
+
+    def __len__(self) -> int:
+        return len(self.items) - self.head
+
+    def __getitem__(self, index: int) -> T:
+        size = len(self.items) - self.head
+        if index < 0:
+            index += size
+        if not 0 <= index < size:
+            raise IndexError("queue index out of range")
+        return self.items[self.head + index]
+
+    def __iter__(self) -> Iterator[T]:
+        # A list iterator is several times faster than a generator: shift out the items that
+        # left when that is cheap (short queues, the most read), else skip them.
+        if self.head and len(self.items) <= self.SHIFT_ON_READ:
+            self._shift()
+        if self.head == 0:
+            return iter(self.items)
+        return _from(self.items, self.head)
+
+    def _shift(self) -> None:
+        """Drop the items that left the front."""
+        del self.items[: self.head]
+        del self.keys[: self.head]
+        self.head = 0
+
+    def irange_key(
+        self, min_key: tuple | None = None, inclusive: tuple[bool, bool] = (True, True)
+    ) -> Iterator[T]:
+        """The items from `min_key` on (after it unless inclusive[0]), as SortedKeyList's."""
+        start = self.head
+        if min_key is not None:
+            find = bisect_left if inclusive[0] else bisect_right
+            start = find(self.keys, min_key, start)
+        return _from(self.items, start)
+
+
+def _from(items: list[T], start: int) -> Iterator[T]:
+    for i in range(start, len(items)):
+        yield items[i]
 
 
 class RunningByEnd:
@@ -111,6 +196,7 @@ class Cluster:
     index: dict[str, int]  # node name -> position
     domains: dict[str, tuple[int, ...]]  # domain -> node positions, in name order
     domain_of: tuple[str, ...]  # node position -> domain
+    accelerator_of: tuple[str, ...]  # node position -> its accelerator type
     by_type: dict[str, tuple[int, ...]]  # accelerator -> node positions
     capacity: dict[str, int]  # accelerator -> inventory count
     largest_node: dict[str, int]  # accelerator -> most accelerators on one node
@@ -159,6 +245,7 @@ class Cluster:
             index={n.name: i for i, n in enumerate(ordered)},
             domains={d: tuple(v) for d, v in sorted(domains.items())},
             domain_of=tuple(n.domain for n in ordered),
+            accelerator_of=tuple(n.accelerator for n in ordered),
             by_type={t: tuple(v) for t, v in sorted(by_type.items())},
             capacity=dict(capacity),
             largest_node=largest,
@@ -220,8 +307,8 @@ class PendingQueue:
         self.jobs: dict[str, Job] = {}
         self.keys: dict[str, tuple] = {}  # job id -> its key, computed once on arrival
         self._all: SortedKeyList | None = None
-        self._by_user: dict[str, dict[str, SortedKeyList]] | None = None
-        self._by_shape: dict[tuple[str, int, int], SortedKeyList] | None = None
+        self._by_user: dict[str, dict[str, SortedQueue[Job]]] | None = None
+        self._by_shape: dict[tuple[str, int, int], SortedQueue[Job]] | None = None
         # Jobs whose rank changes at a time of their own (LAS promotion), by that time.
         self.revisit_at = revisit_at
         self.by_revisit = SortedKeyList(key=lambda job: (revisit_at(job), job.id))  # type: ignore[misc]
@@ -252,34 +339,34 @@ class PendingQueue:
         return self._all
 
     @property
-    def by_user(self) -> dict[str, dict[str, SortedKeyList]]:
+    def by_user(self) -> dict[str, dict[str, SortedQueue[Job]]]:
         """project -> user -> that user's pending jobs in key order."""
         if self._by_user is None:
             self._by_user = {}
             for job in self.jobs.values():
-                self._add_by_user(job)
+                self._add_by_user(job, self.keys[job.id])
         return self._by_user
 
     @property
-    def by_shape(self) -> dict[tuple[str, int, int], SortedKeyList]:
+    def by_shape(self) -> dict[tuple[str, int, int], SortedQueue[Job]]:
         """(accelerator, per_worker, gang) -> pending jobs of that shape in key order."""
         if self._by_shape is None:
             self._by_shape = {}
             for job in self.jobs.values():
-                self._add_by_shape(job)
+                self._add_by_shape(job, self.keys[job.id])
         return self._by_shape
 
     def add(self, job: Job) -> None:
         if job.id in self.jobs:
             raise ValueError(f"job {job.id} is already pending")
         self.jobs[job.id] = job
-        self.keys[job.id] = self.key(job)
+        key = self.keys[job.id] = self.key(job)
         if self._all is not None:
             self._all.add(job)
         if self._by_user is not None:
-            self._add_by_user(job)
+            self._add_by_user(job, key)
         if self._by_shape is not None:
-            self._add_by_shape(job)
+            self._add_by_shape(job, key)
         if self.revisit_at is not None and self.revisit_at(job) is not None:
             self.by_revisit.add(job)
         shape = job.shape
@@ -292,32 +379,35 @@ class PendingQueue:
             self.bounded[job.project] += 1
             self.any_bounded += 1
 
-    def _add_by_user(self, job: Job) -> None:
+    def _add_by_user(self, job: Job, key: tuple) -> None:
         assert self._by_user is not None
-        users = self._by_user.setdefault(job.project, {})
+        users = self._by_user.get(job.project)
+        if users is None:
+            users = self._by_user[job.project] = {}
         queue = users.get(job.user)
         if queue is None:
-            queue = users[job.user] = self._sorted()
-        queue.add(job)
+            queue = users[job.user] = SortedQueue()
+        queue.add(key, job)
 
-    def _add_by_shape(self, job: Job) -> None:
+    def _add_by_shape(self, job: Job, key: tuple) -> None:
         assert self._by_shape is not None
         queue = self._by_shape.get(job.shape)
         if queue is None:
-            queue = self._by_shape[job.shape] = self._sorted()
-        queue.add(job)
+            queue = self._by_shape[job.shape] = SortedQueue()
+        queue.add(key, job)
 
     def remove(self, job_id: str) -> Job:
         job = self.jobs[job_id]
+        key = self.keys[job_id]
         if self._all is not None:
             self._all.remove(job)
         if self._by_user is not None:
             users = self._by_user[job.project]
-            _discard(users, job.user, job)
+            _discard(users, job.user, key, job)
             if not users:
                 del self._by_user[job.project]
         if self._by_shape is not None:
-            _discard(self._by_shape, job.shape, job)
+            _discard(self._by_shape, job.shape, key, job)
         if self.revisit_at is not None and self.revisit_at(job) is not None:
             self.by_revisit.remove(job)
         if job.max_runtime is not None:
@@ -337,20 +427,20 @@ class PendingQueue:
         return job
 
 
-def _discard(queues: dict, name: object, item: Job | Running) -> None:
-    """Take a job out of the named sorted queue, and the queue out when it is left empty."""
-    queue = queues[name]
-    if queue[0] is item:  # the usual case: the first job of a queue starts
-        queue.pop(0)
-    else:
-        queue.remove(item)
-    if not queue:
+def _discard(queues: dict, name: object, key: tuple, item: Job | Running) -> None:
+    """Take an item out of the named queue, and the queue out when it is left empty."""
+    queue: SortedQueue = queues[name]
+    queue.remove(key, item)
+    if len(queue) == 0:
         del queues[name]
 
 
 def _add_size(sizes: dict[str, dict[str, Counter[int]]], run: Running) -> None:
     by_project = sizes[run.job.accelerator]
-    by_project.setdefault(run.job.project, Counter())[run.job.demand] += 1
+    counts = by_project.get(run.job.project)
+    if counts is None:  # (not setdefault: it would build a Counter on every call)
+        counts = by_project[run.job.project] = Counter()
+    counts[run.job.demand] += 1
 
 
 def shape_of(job: Job) -> tuple[str, int, int]:
@@ -416,7 +506,7 @@ class Snapshot:
         self.terminating: dict[str, Running] = {}
         self.exclusive_domains: dict[str, str] = {}  # domain -> job id holding it alone
         self.running: dict[str, Running] = {}
-        self._preemptible: dict[str, dict[str, SortedKeyList]] | None = None
+        self._preemptible: dict[str, dict[str, SortedQueue[Running]]] | None = None
         # Built when a policy first asks (see `preemptible_sizes`, `running_priorities`).
         self._sizes: dict[str, dict[str, Counter[int]]] | None = None
         self._priorities: dict[str, Counter[int]] | None = None
@@ -522,7 +612,7 @@ class Snapshot:
             if self._priorities is not None:
                 _decrement(self._priorities[job.project], job.priority)
             if self._preemptible is not None:
-                _discard(self._preemptible[job.accelerator], job.project, run)
+                _discard(self._preemptible[job.accelerator], job.project, victim_order(run), run)
             if self._sizes is not None:
                 sizes = self._sizes[job.accelerator]
                 _decrement(sizes[job.project], job.demand)
@@ -544,7 +634,7 @@ class Snapshot:
         return run
 
     @property
-    def preemptible(self) -> dict[str, dict[str, SortedKeyList]]:
+    def preemptible(self) -> dict[str, dict[str, SortedQueue[Running]]]:
         """accelerator -> project -> its preemptible running jobs in victim order (lowest
         priority, then most recently started, first): candidates without sorting per cycle.
         Built when a policy first asks (non-preemptive policies never pay for it)."""
@@ -582,8 +672,8 @@ class Snapshot:
         by_project = self._preemptible[run.job.accelerator]
         runs = by_project.get(run.job.project)
         if runs is None:
-            runs = by_project[run.job.project] = SortedKeyList(key=victim_order)
-        runs.add(run)
+            runs = by_project[run.job.project] = SortedQueue()
+        runs.add(victim_order(run), run)
 
     def mark_terminating(self, job_id: str) -> None:
         run = self.running[job_id]
@@ -591,7 +681,7 @@ class Snapshot:
         self.terminating[job_id] = run
 
     def _change_free(self, node: int, amount: int) -> None:
-        accel = self.cluster.nodes[node].accelerator
+        accel = self.cluster.accelerator_of[node]
         hist = self.free_hist[accel]
         before = self.free[node]
         after = self.free[node] = before + amount

@@ -151,9 +151,12 @@ class Simulator:
             return False, 0  # the attempt this completion belonged to was preempted
         self.snap.stop(job_id)
         self._account(sim, now)
-        sim.state = "failed" if sim.timed_out else "finished"
-        extra = {"reason": "max_runtime exceeded"} if sim.timed_out else {}
-        self._log(now, "fail" if sim.timed_out else "finish", sim.job, **extra)
+        if sim.timed_out:
+            sim.state = "failed"
+            self._log(now, "fail", sim.job)["reason"] = "max_runtime exceeded"
+        else:
+            sim.state = "finished"
+            self._log(now, "finish", sim.job)
         return True, 1
 
     def _arrive(self, sim: SimJob, now: float) -> tuple[bool, int]:
@@ -162,7 +165,7 @@ class Simulator:
         why = self._admissible(job)
         if why is not None:
             sim.state = "rejected"
-            self._log(now, "reject", job, reason=why)
+            self._log(now, "reject", job)["reason"] = why
             return False, 1
         self.snap.submit(job)
         # An arrival that changes no decision needs no cycle (see decide._arrival_may_act).
@@ -173,7 +176,8 @@ class Simulator:
 
     def _admissible(self, job: Job) -> str | None:
         """check_admissible, once per kind of job: the pool and quota are fixed in a replay."""
-        kind = (job.user, job.project, job.resources, job.preemptible)
+        r = job.resources  # (its fields: hashing the dataclass runs Python code)
+        kind = (job.user, job.project, job.shape, r.slices, r.exclusive, job.preemptible)
         if kind not in self._admission:
             self._admission[kind] = check_admissible(self.snap, job)
         return self._admission[kind]
@@ -216,7 +220,7 @@ class Simulator:
         sim.timed_out = limit is not None and work > limit
         sim.run_end = now + (limit if limit is not None and sim.timed_out else work)
         self._push(sim.run_end, FINISH, job_id, sim.attempt)
-        self._log(now, "start", job, nodes=list(nodes))
+        self._log(now, "start", job)["nodes"] = list(nodes)
 
     def _preempt(self, job_id: str, reason: str, now: float) -> None:
         sim = self.jobs[job_id]
@@ -228,7 +232,7 @@ class Simulator:
         sim.attempt += 1
         sim.state = "pending"
         self.snap.submit(job)
-        self._log(now, "preempt", job, reason=reason)
+        self._log(now, "preempt", job)["reason"] = reason
 
     def _account(self, sim: SimJob, now: float) -> None:
         """Credit the attempt that just stopped: progress (minus any restart penalty)."""
@@ -238,8 +242,11 @@ class Simulator:
         job.run_time = min(sim.duration, job.run_time + max(0.0, ran))
         job.attained += wall * job.demand
 
-    def _log(self, t: float, event: str, job: Job, **extra) -> None:
-        self.events.append({"t": t, "event": event, "job": job.id, "project": job.project, **extra})
+    def _log(self, t: float, event: str, job: Job) -> dict[str, object]:
+        """Record an event; the caller adds its details to the entry returned."""
+        entry = {"t": t, "event": event, "job": job.id, "project": job.project}
+        self.events.append(entry)
+        return entry
 
 
 def _core_job(sj: ScenarioJob, quota: Quota) -> Job:
