@@ -17,7 +17,6 @@ from itertools import takewhile
 from typing import ClassVar
 
 from mypy_extensions import mypyc_attr
-from sortedcontainers import SortedKeyList
 
 from corral.core.cycle import Cycle
 from corral.core.model import Job, Running
@@ -29,7 +28,7 @@ from corral.core.preempt import (
     find_victims,
     free_room_counter,
 )
-from corral.core.snapshot import shape_of
+from corral.core.snapshot import SortedQueue, shape_of
 
 INF = float("inf")
 
@@ -309,7 +308,7 @@ class _Giver:
     __slots__ = ("project", "held", "guarantee", "smallest", "runs")
 
     def __init__(
-        self, project: str, held: float, guarantee: float, smallest: int, runs: SortedKeyList
+        self, project: str, held: float, guarantee: float, smallest: int, runs: SortedQueue
     ):
         self.project, self.held, self.guarantee = project, held, guarantee
         self.smallest, self.runs = smallest, runs
@@ -482,7 +481,7 @@ class _Answers:
         return found
 
 
-def _queue_of(users: dict[str, SortedKeyList]) -> _UserQueue | _ProjectQueue:
+def _queue_of(users: dict[str, SortedQueue]) -> _UserQueue | _ProjectQueue:
     if len(users) == 1:  # one user: no round-robin, its queue is already in order
         (jobs,) = users.values()
         return _UserQueue(jobs)
@@ -494,7 +493,7 @@ class _UserQueue:
 
     __slots__ = ("jobs", "head")
 
-    def __init__(self, jobs: SortedKeyList):
+    def __init__(self, jobs: SortedQueue):
         self.jobs = iter(jobs)
         self.head = next(self.jobs, None)
 
