@@ -21,6 +21,7 @@ from corral.core.model import Job, Running
 from corral.formats.types import Node, Quota
 
 QueueKey = Callable[[Job], tuple]
+Shape = tuple[str, int, int]  # (accelerator, per_worker, gang)
 INF = float("inf")
 NONE: Mapping = MappingProxyType({})  # an empty mapping to look things up in
 RunningKey = Callable[[Running], float | None]
@@ -108,6 +109,15 @@ class SortedQueue(Generic[T]):
         del self.items[: self.head]
         del self.keys[: self.head]
         self.head = 0
+
+    def first_from(self, key: tuple) -> tuple | None:
+        """The key of the first item whose key is `key` or after it, if any."""
+        at = bisect_left(self.keys, key, self.head)
+        return self.keys[at] if at < len(self.keys) else None
+
+    def item_at_key(self, key: tuple) -> T:
+        """The first item added with this key (which must be there)."""
+        return self.items[bisect_left(self.keys, key, self.head)]
 
     def irange_key(
         self, min_key: tuple | None = None, inclusive: tuple[bool, bool] = (True, True)
@@ -292,6 +302,7 @@ class PendingQueue:
         "_all",
         "_by_user",
         "_by_shape",
+        "_by_user_shape",
         "demand",
         "bounded",
         "any_bounded",
@@ -309,6 +320,7 @@ class PendingQueue:
         self._all: SortedKeyList | None = None
         self._by_user: dict[str, dict[str, SortedQueue[Job]]] | None = None
         self._by_shape: dict[tuple[str, int, int], SortedQueue[Job]] | None = None
+        self._by_user_shape: dict[tuple[str, str], dict[Shape, SortedQueue[Job]]] | None = None
         # Jobs whose rank changes at a time of their own (LAS promotion), by that time.
         self.revisit_at = revisit_at
         self.by_revisit = SortedKeyList(key=lambda job: (revisit_at(job), job.id))  # type: ignore[misc]
@@ -356,6 +368,16 @@ class PendingQueue:
                 self._add_by_shape(job, self.keys[job.id])
         return self._by_shape
 
+    @property
+    def by_user_shape(self) -> dict[tuple[str, str], dict[Shape, SortedQueue[Job]]]:
+        """(project, user) -> shape -> that user's pending jobs of the shape in key order: lets
+        a walk of a user's queue jump over jobs of shapes that can do nothing."""
+        if self._by_user_shape is None:
+            self._by_user_shape = {}
+            for job in self.jobs.values():
+                self._add_by_user_shape(job, self.keys[job.id])
+        return self._by_user_shape
+
     def add(self, job: Job) -> None:
         if job.id in self.jobs:
             raise ValueError(f"job {job.id} is already pending")
@@ -367,6 +389,8 @@ class PendingQueue:
             self._add_by_user(job, key)
         if self._by_shape is not None:
             self._add_by_shape(job, key)
+        if self._by_user_shape is not None:
+            self._add_by_user_shape(job, key)
         if self.revisit_at is not None and self.revisit_at(job) is not None:
             self.by_revisit.add(job)
         shape = job.shape
@@ -396,6 +420,17 @@ class PendingQueue:
             queue = self._by_shape[job.shape] = SortedQueue()
         queue.add(key, job)
 
+    def _add_by_user_shape(self, job: Job, key: tuple) -> None:
+        assert self._by_user_shape is not None
+        owner = (job.project, job.user)
+        shapes = self._by_user_shape.get(owner)
+        if shapes is None:
+            shapes = self._by_user_shape[owner] = {}
+        queue = shapes.get(job.shape)
+        if queue is None:
+            queue = shapes[job.shape] = SortedQueue()
+        queue.add(key, job)
+
     def remove(self, job_id: str) -> Job:
         job = self.jobs[job_id]
         key = self.keys[job_id]
@@ -408,6 +443,12 @@ class PendingQueue:
                 del self._by_user[job.project]
         if self._by_shape is not None:
             _discard(self._by_shape, job.shape, key, job)
+        if self._by_user_shape is not None:
+            owner = (job.project, job.user)
+            shapes = self._by_user_shape[owner]
+            _discard(shapes, job.shape, key, job)
+            if not shapes:
+                del self._by_user_shape[owner]
         if self.revisit_at is not None and self.revisit_at(job) is not None:
             self.by_revisit.remove(job)
         if job.max_runtime is not None:

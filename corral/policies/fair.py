@@ -11,6 +11,7 @@ its own project. The first blocked job within its guarantee holds a reservation.
 from __future__ import annotations
 
 import heapq
+import math
 from collections import Counter
 from collections.abc import Iterator
 from itertools import takewhile
@@ -28,9 +29,10 @@ from corral.core.preempt import (
     find_victims,
     free_room_counter,
 )
-from corral.core.snapshot import SortedQueue, shape_of
+from corral.core.snapshot import Shape, SortedQueue, shape_of
 
 INF = float("inf")
+JUMP_AFTER = 4  # jobs passed over in a row before a walk looks for the next one that matters
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -60,10 +62,11 @@ class Fair(Policy):
         heap = []
         for project, users in cycle.snap.pending.by_user.items():
             if self._worth_a_look(cycle, project, within, answers):
-                queue = queues[project] = _queue_of(users)
+                queue = queues[project] = self._queue_of(cycle, project, users)
                 heap.append(answers.key(project, queue.peek()))  # type: ignore[arg-type]
         heapq.heapify(heap)
         top = heapq.heappop(heap) if heap else None
+        passed = 0  # jobs of the top project passed over in a row
         while top is not None:
             project = top[-1]
             queue = queues[project]
@@ -73,6 +76,7 @@ class Fair(Policy):
             keep = progress or cycle.reserver is None
             if keep:
                 job = queue.pop()
+                passed += 1
                 if job.id in seen:
                     pass
                 elif within and not answers.within_guarantee(job):
@@ -82,14 +86,79 @@ class Fair(Policy):
                 elif (progress and answers.may_act(job)) or (
                     cycle.reserver is None and answers.may_reserve(job)
                 ):
+                    passed = 0
                     seen.add(job.id)
                     yield job
                     answers.after_yield()
             head = queue.peek() if keep and progress else None
+            if head is not None and passed >= JUMP_AFTER and isinstance(queue, _UserQueue):
+                # A long run of jobs that do nothing: jump to the next one that may matter.
+                passed = 0
+                if queue.shapes is not None:
+                    bound = heap[0] if heap else None
+                    head = queue.jump_to(self._next_stop(answers, queue, project, bound, within))
             if head is not None:  # push and pop at once: no heap change if still the smallest
                 top = heapq.heappushpop(heap, answers.key(project, head))
             else:
                 top = heapq.heappop(heap) if heap else None
+            if top is not None and top[-1] != project:
+                passed = 0
+
+    def _queue_of(
+        self, cycle: Cycle, project: str, users: dict[str, SortedQueue]
+    ) -> _UserQueue | _ProjectQueue:
+        pending = cycle.snap.pending
+        if len(users) > 1:
+            return _ProjectQueue(users)
+        # One user: no round-robin, its queue is already in order. With one priority and the
+        # default queue key, each shape's jobs are in submit order: a walk may jump over them.
+        ((user, jobs),) = users.items()
+        shapes = None
+        if len(pending.priorities[project]) == 1 and self.queue_key_is_default():
+            shapes = pending.by_user_shape[(project, user)]
+        return _UserQueue(jobs, shapes)
+
+    def queue_key_is_default(self) -> bool:
+        """Does the queue keep `default_queue_key` order (not overridden by a subclass)?"""
+        return type(self).queue_key is Policy.queue_key
+
+    def _next_stop(
+        self,
+        answers: _Answers,
+        queue: _UserQueue,
+        project: str,
+        bound: tuple | None,
+        within: bool,
+    ) -> tuple | None:
+        """The queue key of the first job from the queue's head on that the walk would not
+        pass over before the heap's next entry, `bound`, comes first (None: no such job).
+        The jobs before it are passed over: no state changes, so nothing is lost."""
+        head = queue.head
+        assert head is not None and queue.shapes is not None
+        at = answers.cycle.snap.pending.keys[head.id]
+        stop: tuple | None = None
+        for jobs in queue.shapes.values():
+            first = jobs.first_from(at)
+            if first is None or (stop is not None and first >= stop):
+                continue
+            job = jobs.item_at_key(first)
+            if not answers.passed_over(job, within):
+                stop = first  # it may act (or end the pass): looked at one by one
+                continue
+            if bound is None:
+                continue  # every job of the kind is passed over
+            part, other = answers.key(project, job)[:2], bound[:2]
+            if part < other:
+                continue  # all of the kind sort before the bound: passed over
+            if part > other:
+                stop = first  # the project waits behind the bound from this job on
+                continue
+            # The same share part: the submit time (then the project name) decides.
+            t = bound[2] if project > bound[3] else math.nextafter(bound[2], INF)
+            found = jobs.first_from(max(first, (first[0], t)))
+            if found is not None and (stop is None or found < stop):
+                stop = found
+        return stop
 
     def _may_act(self, cycle: Cycle, job: Job) -> bool:
         """Might the job start or preempt now? Cheap and conservative (reservations and
@@ -480,22 +549,32 @@ class _Answers:
             found = self.reserve[which] = self.fair.may_reserve(self.cycle, job)
         return found
 
-
-def _queue_of(users: dict[str, SortedQueue]) -> _UserQueue | _ProjectQueue:
-    if len(users) == 1:  # one user: no round-robin, its queue is already in order
-        (jobs,) = users.values()
-        return _UserQueue(jobs)
-    return _ProjectQueue(users)
+    def passed_over(self, job: Job, within: bool) -> bool:
+        """Would the walk pass this job over, its project able to progress? (Not when it ends
+        the pass, may act, or may take the reservation.)"""
+        if within and not self.within_guarantee(job):
+            return False
+        if self.may_act(job):
+            return False
+        return self.cycle.reserver is not None or not self.may_reserve(job)
 
 
 class _UserQueue:
-    """A project's pending jobs when they all belong to one user: that user's queue."""
+    """A project's pending jobs when they all belong to one user: that user's queue, and
+    the same by shape when a walk may jump over some (see Fair._queue_of)."""
 
-    __slots__ = ("jobs", "head")
+    __slots__ = ("queue", "shapes", "jobs", "head")
 
-    def __init__(self, jobs: SortedQueue):
-        self.jobs = iter(jobs)
+    def __init__(self, queue: SortedQueue, shapes: dict[Shape, SortedQueue] | None):
+        self.queue, self.shapes = queue, shapes
+        self.jobs: Iterator[Job] = iter(queue)
+        self.head: Job | None = next(self.jobs, None)
+
+    def jump_to(self, key: tuple | None) -> Job | None:
+        """Go on from the job with this queue key (None: past the last job)."""
+        self.jobs = self.queue.irange_key(key) if key is not None else iter(())
         self.head = next(self.jobs, None)
+        return self.head
 
     def peek(self) -> Job | None:
         return self.head
