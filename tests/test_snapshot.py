@@ -90,6 +90,9 @@ def test_lazy_indexes_match_a_rebuild_after_random_changes():
             snap.stop(rng.choice(running))
         if _step == 200:
             _ = snap.pending.by_user, snap.pending.by_shape, snap.preemptible  # built mid-way
+            _ = snap.pending.by_user_shape
+        if _step % 3 == 0:  # summaries asked as a cycle would, then kept across changes
+            snap.pending.summary(rng.choice("ab"))
     key = snap.pending.key
     expected = sorted(snap.pending.jobs.values(), key=key)
     assert list(snap.pending.all) == expected
@@ -99,6 +102,19 @@ def test_lazy_indexes_match_a_rebuild_after_random_changes():
         for user, queue in users.items():
             mine = [j for j in expected if (j.project, j.user) == (project, user)]
             assert list(queue) == mine
+    for (project, user), shapes in snap.pending.by_user_shape.items():
+        for shape, queue in shapes.items():
+            mine = [j for j in expected if (j.project, j.user, j.shape) == (project, user, shape)]
+            assert mine and list(queue) == mine
+    for project in "ab":
+        shapes = {j.shape for j in expected if j.project == project}
+        summary = snap.pending.summary(project)
+        fewest: dict = {}
+        for accel, per, workers in shapes:
+            fewest[(accel, per)] = min(workers, fewest.get((accel, per), workers))
+        assert summary.fewest_workers == fewest
+        least = {a: min(p * w for a2, p, w in shapes if a2 == a) for a, _, _ in shapes}
+        assert summary.least_demand == least
     for projects in snap.preemptible.values():
         for project, runs in projects.items():
             mine = [r for r in snap.running.values() if r.job.project == project]

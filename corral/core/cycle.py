@@ -271,7 +271,7 @@ class Cycle:
         """Could any pending job of the project fit in what is free now?"""
         pending, cached = self.snap.pending, self._blocks
         long = self.reservation is not None and not pending.bounded.get(project)
-        for accelerator, per_worker, workers in pending.demand.get(project, ()):
+        for (accelerator, per_worker), workers in pending.summary(project).fewest_workers.items():
             found = cached.get((accelerator, per_worker, long))
             if found is None:
                 found = self.blocks(accelerator, per_worker, long)

@@ -304,6 +304,7 @@ class PendingQueue:
         "_by_shape",
         "_by_user_shape",
         "demand",
+        "_summaries",
         "bounded",
         "any_bounded",
         "priorities",
@@ -327,6 +328,8 @@ class PendingQueue:
         # project -> (accelerator, demand) -> count: lets a cycle see at once whether any of a
         # project's jobs could fit, without walking its queue.
         self.demand: dict[str, Counter[tuple[str, int, int]]] = defaultdict(Counter)
+        # project -> its shapes summed up (see `summary`), until a shape comes or goes.
+        self._summaries: dict[str, ShapeSummary] = {}
         self.bounded: Counter[str] = Counter()  # project -> pending jobs with a max_runtime
         self.any_bounded = 0  # pending jobs with a max_runtime, over all projects
         self.priorities: dict[str, Counter[int]] = defaultdict(Counter)  # project -> priority -> n
@@ -378,6 +381,14 @@ class PendingQueue:
                 self._add_by_user_shape(job, self.keys[job.id])
         return self._by_user_shape
 
+    def summary(self, project: str) -> ShapeSummary:
+        """What a cycle asks of a project's pending shapes again and again, kept until the
+        project has a shape it had not, or has no job of one left (rare next to arrivals)."""
+        found = self._summaries.get(project)
+        if found is None:
+            found = self._summaries[project] = ShapeSummary(self.demand.get(project, {}))
+        return found
+
     def add(self, job: Job) -> None:
         if job.id in self.jobs:
             raise ValueError(f"job {job.id} is already pending")
@@ -394,7 +405,10 @@ class PendingQueue:
         if self.revisit_at is not None and self.revisit_at(job) is not None:
             self.by_revisit.add(job)
         shape = job.shape
-        self.demand[job.project][shape] += 1
+        counts = self.demand[job.project]
+        counts[shape] += 1
+        if counts[shape] == 1:
+            self._summaries.pop(job.project, None)
         self.priorities[job.project][job.priority] += 1
         self.shapes[shape] += 1
         if not job.preemptible:
@@ -459,6 +473,8 @@ class PendingQueue:
             _decrement(self.fixed, job.shape)
         counts = self.demand[job.project]
         _decrement(counts, job.shape)
+        if job.shape not in counts:
+            self._summaries.pop(job.project, None)
         if not counts:
             del self.demand[job.project]
         _decrement(self.priorities[job.project], job.priority)
@@ -466,6 +482,22 @@ class PendingQueue:
             del self.priorities[job.project]
         del self.jobs[job_id], self.keys[job_id]
         return job
+
+
+class ShapeSummary:
+    """A project's pending shapes, summed up: per type and worker size the fewest workers
+    (could any job fit?), and per type the smallest demand (could any stay within a share?)."""
+
+    __slots__ = ("fewest_workers", "least_demand")
+
+    def __init__(self, shapes: Iterable[Shape]) -> None:
+        self.fewest_workers: dict[tuple[str, int], int] = {}
+        self.least_demand: dict[str, int] = {}
+        for accel, per_worker, workers in shapes:
+            size = (accel, per_worker)
+            self.fewest_workers[size] = min(workers, self.fewest_workers.get(size, workers))
+            need = per_worker * workers
+            self.least_demand[accel] = min(need, self.least_demand.get(accel, need))
 
 
 def _discard(queues: dict, name: object, key: tuple, item: Job | Running) -> None:

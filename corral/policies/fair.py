@@ -192,11 +192,7 @@ class Fair(Policy):
     def _has_room(self, cycle: Cycle, project: str) -> bool:
         """Does some pending job of the project fit within its guarantee? (Its smallest job
         of each type is enough to ask about.)"""
-        least: dict[str, int] = {}
-        for accel, per_worker, workers in cycle.snap.pending.demand.get(project, ()):
-            need = per_worker * workers
-            if need < least.get(accel, need + 1):
-                least[accel] = need
+        least = cycle.snap.pending.summary(project).least_demand
         return any(cycle.room_within(project, accel, need) for accel, need in least.items())
 
     def _key_head(self, cycle: Cycle, project: str, accel: str, demand: int) -> tuple[bool, float]:
