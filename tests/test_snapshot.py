@@ -91,8 +91,8 @@ def test_lazy_indexes_match_a_rebuild_after_random_changes():
         if _step == 200:
             _ = snap.pending.by_user, snap.pending.by_shape, snap.preemptible  # built mid-way
             _ = snap.pending.by_user_shape
-        if _step % 3 == 0:  # summaries asked as a cycle would, then kept across changes
-            snap.pending.summary(rng.choice("ab"))
+        for project in "ab":  # summaries kept across changes, and right after each one
+            _check_summary(snap, project)
     key = snap.pending.key
     expected = sorted(snap.pending.jobs.values(), key=key)
     assert list(snap.pending.all) == expected
@@ -106,15 +106,6 @@ def test_lazy_indexes_match_a_rebuild_after_random_changes():
         for shape, queue in shapes.items():
             mine = [j for j in expected if (j.project, j.user, j.shape) == (project, user, shape)]
             assert mine and list(queue) == mine
-    for project in "ab":
-        shapes = {j.shape for j in expected if j.project == project}
-        summary = snap.pending.summary(project)
-        fewest: dict = {}
-        for accel, per, workers in shapes:
-            fewest[(accel, per)] = min(workers, fewest.get((accel, per), workers))
-        assert summary.fewest_workers == fewest
-        least = {a: min(p * w for a2, p, w in shapes if a2 == a) for a, _, _ in shapes}
-        assert summary.least_demand == least
     for projects in snap.preemptible.values():
         for project, runs in projects.items():
             mine = [r for r in snap.running.values() if r.job.project == project]
@@ -124,6 +115,17 @@ def test_lazy_indexes_match_a_rebuild_after_random_changes():
     for job in expected:
         priorities.setdefault(job.project, Counter())[job.priority] += 1
     assert snap.pending.priorities == priorities
+
+
+def _check_summary(snap: Snapshot, project: str) -> None:
+    shapes = {j.shape for j in snap.pending.jobs.values() if j.project == project}
+    summary = snap.pending.summary(project)
+    fewest: dict = {}
+    for accel, per, workers in shapes:
+        fewest[(accel, per)] = min(workers, fewest.get((accel, per), workers))
+    assert summary.fewest_workers == fewest
+    least = {a: min(p * w for a2, p, w in shapes if a2 == a) for a, _, _ in shapes}
+    assert summary.least_demand == least
 
 
 def test_start_on_an_unknown_node_or_without_room_changes_nothing():
