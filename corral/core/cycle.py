@@ -439,6 +439,23 @@ class SlotCounter:
         self.slots = slots
         return slots >= self.need
 
+    def release_amounts(self, amounts: dict[int, int]) -> bool:
+        """Count accelerators as free, per node (for a count only: `apply` does not see
+        them); True when there are enough slots."""
+        free, held, freed, per = self.free, self.held, self.freed, self.per
+        slots = self.slots
+        for i, more in amounts.items():
+            already = freed.get(i, 0)
+            freed[i] = already + more
+            before = free[i] + already
+            if held:
+                beside = before - held.get(i, 0)
+                slots += max(0, beside + more) // per - max(0, beside) // per
+            else:
+                slots += (before + more) // per - before // per
+        self.slots = slots
+        return slots >= self.need
+
     def apply(self) -> None:
         """Release the runs counted so far on the cycle (a probe): its free map catches up."""
         self.cycle.release_all(self.batch)

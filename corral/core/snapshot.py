@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import mul
 from types import MappingProxyType
-from typing import ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from sortedcontainers import SortedKeyList, SortedList
 
@@ -55,10 +55,12 @@ class SortedQueue(Generic[T]):
         self.keys: list[tuple] = []
         self.items: list[T] = []
         self.head = 0  # items before it have left
+        self.changes = 0  # items added and taken out so far: a memo of its content checks it
 
     SHIFT_ON_READ: ClassVar[int] = 2048  # at most this many items shifted to read a queue
 
     def add(self, key: tuple, item: T) -> None:
+        self.changes += 1
         keys = self.keys
         if keys and key < keys[-1]:
             at = bisect_right(keys, key, self.head)
@@ -70,6 +72,7 @@ class SortedQueue(Generic[T]):
 
     def remove(self, key: tuple, item: T) -> None:
         """Take out an item added with this key (ValueError if it is not there)."""
+        self.changes += 1
         items, head = self.items, self.head
         if head < len(items) and items[head] is item:  # the usual case: the first one leaves
             self.head = head + 1
@@ -596,6 +599,9 @@ class Snapshot:
         # Written by `decide`: an exact function of the state it was planned from, checked
         # before each use (a blocked head job usually holds the same reservation for long).
         self.plan_memo: PlanMemo | None = None
+        # Answers a policy carries from cycle to cycle, each checked against what it read
+        # before it is used again (see Fair._released), by the policy's own keys.
+        self.policy_memo: dict[object, Any] = {}
 
     # -- quota -------------------------------------------------------------------------------
 

@@ -338,18 +338,50 @@ class Fair(Policy):
         counter = free_room_counter(cycle, job)
         if counter.enough():
             return True
+        # With every preemptible job eligible, what a project gives up depends only on its
+        # jobs and what it holds: the same from cycle to cycle while those stay the same.
+        every = not cycle.victims and not cycle.snap.terminating and self.min_runtime <= 0
         for giver in _givers(cycle, job.accelerator):
             if giver.project == job.project:
                 continue
-            held, floor, smallest = giver.held, giver.guarantee - 1e-9, giver.smallest
-            for run in giver.runs:
-                if held - smallest < floor:
-                    break  # no job left is small enough to lose (held only shrinks)
-                if held - run.job.demand >= floor and self._eligible(cycle, run):
-                    held -= run.job.demand
-                    if counter.release(run):
-                        return True
+            if every:
+                if counter.release_amounts(self._released(cycle, job.accelerator, giver)):
+                    return True
+                continue
+            for run in self._given(cycle, giver):
+                if counter.release(run):
+                    return True
         return False
+
+    def _given(self, cycle: Cycle, giver: _Giver) -> list[Running]:
+        """The jobs a project would give up, none taking it below its guarantee."""
+        held, floor, smallest = giver.held, giver.guarantee - 1e-9, giver.smallest
+        given: list[Running] = []
+        for run in giver.runs:
+            if held - smallest < floor:
+                break  # no job left is small enough to lose (held only shrinks)
+            if held - run.job.demand >= floor and self._eligible(cycle, run):
+                held -= run.job.demand
+                given.append(run)
+        return given
+
+    def _released(self, cycle: Cycle, accel: str, giver: _Giver) -> dict[int, int]:
+        """Per node, the accelerators `_given` frees (every job eligible), kept on the
+        snapshot while the project's preemptible jobs and what it holds stay the same."""
+        memo = cycle.snap.policy_memo
+        which = ("fair.released", accel, giver.project)
+        found = memo.get(which)
+        runs = giver.runs
+        read = (runs.changes, giver.held, giver.guarantee)
+        if found is not None and found[0] is runs and found[1] == read:
+            return found[2]
+        amounts: dict[int, int] = {}
+        for run in self._given(cycle, giver):
+            per = run.job.per_worker
+            for i in run.nodes:
+                amounts[i] = amounts.get(i, 0) + per
+        memo[which] = (runs, read, amounts)
+        return amounts
 
     def _outranked(self, cycle: Cycle, job: Job) -> list[Running]:
         runs = cycle.snap.preemptible.get(job.accelerator, {}).get(job.project, ())
