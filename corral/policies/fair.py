@@ -426,10 +426,12 @@ def _givers(cycle: Cycle, accel: str) -> list[_Giver]:
         sizes = snap.preemptible_sizes[accel]
         for project, runs in snap.preemptible.get(accel, {}).items():
             held, guarantee = cycle.held(project, accel), snap.guarantee_of(project, accel)
+            if held <= guarantee:
+                continue
             counts = sizes.get(project)
             if counts:
                 smallest = min(counts)
-                if smallest <= held - guarantee + 1e-9 and held > guarantee:
+                if smallest <= held - guarantee + 1e-9:
                     found.append(_Giver(project, float(held), guarantee, smallest, runs))
     return found
 
