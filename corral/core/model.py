@@ -7,6 +7,10 @@ from dataclasses import dataclass, field
 
 from corral.formats.types import Resources
 
+# The records made per cycle or per job start write their own __init__ (init=False): mypyc
+# compiles it, while the one @dataclass generates runs interpreted, 3-7 times slower. Frozen
+# ones set their fields through object.__setattr__, as the generated one does.
+
 
 @dataclass(slots=True, eq=False)
 class Job:
@@ -40,12 +44,20 @@ class Job:
         self.shape = (r.accelerator, r.per_worker, self.gang)
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class Running:
     job: Job
     nodes: tuple[int, ...]  # node index of each worker, in worker order (slice-major)
     started_at: float
     terminating: bool = False  # preempted or cancelled, still releasing its accelerators
+
+    def __init__(
+        self, job: Job, nodes: tuple[int, ...], started_at: float, terminating: bool = False
+    ) -> None:
+        self.job = job
+        self.nodes = nodes
+        self.started_at = started_at
+        self.terminating = terminating
 
     def expected_end(self) -> float | None:
         """When the job will end at the latest, if it declared a max_runtime."""
@@ -54,26 +66,39 @@ class Running:
         return self.started_at + self.job.max_runtime
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Reason:
     code: str  # capacity | quota | limit | reserved | preempting | order | policy
     message: str
 
+    def __init__(self, code: str, message: str) -> None:
+        object.__setattr__(self, "code", code)
+        object.__setattr__(self, "message", message)
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(frozen=True, slots=True, init=False)
 class Start:
     job_id: str
     nodes: tuple[str, ...]  # node name of each worker, in worker order
 
+    def __init__(self, job_id: str, nodes: tuple[str, ...]) -> None:
+        object.__setattr__(self, "job_id", job_id)
+        object.__setattr__(self, "nodes", nodes)
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(frozen=True, slots=True, init=False)
 class Preempt:
     job_id: str
     reason: str
     preemptor: str  # id of the pending job the capacity goes to
 
+    def __init__(self, job_id: str, reason: str, preemptor: str) -> None:
+        object.__setattr__(self, "job_id", job_id)
+        object.__setattr__(self, "reason", reason)
+        object.__setattr__(self, "preemptor", preemptor)
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class Decision:
     starts: list[Start] = field(default_factory=list)
     preemptions: list[Preempt] = field(default_factory=list)
@@ -86,6 +111,22 @@ class Decision:
     # or preempt now? When no arrival could, a driver may skip the cycle the arrivals would run.
     # None: assume it could.
     arrival_may_act: Callable[[Job], bool] | None = None
+
+    def __init__(
+        self,
+        starts: list[Start] | None = None,
+        preemptions: list[Preempt] | None = None,
+        reasons: dict[str, Reason] | None = None,
+        fallback: Callable[[Job], Reason] | None = None,
+        wake_at: float | None = None,
+        arrival_may_act: Callable[[Job], bool] | None = None,
+    ) -> None:
+        self.starts = [] if starts is None else starts
+        self.preemptions = [] if preemptions is None else preemptions
+        self.reasons = {} if reasons is None else reasons
+        self.fallback = fallback
+        self.wake_at = wake_at
+        self.arrival_may_act = arrival_may_act
 
     def reason(self, job: Job) -> Reason:
         found = self.reasons.get(job.id)

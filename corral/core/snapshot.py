@@ -49,15 +49,16 @@ class SortedQueue(Generic[T]):
     like a list: iteration, `len`, `queue[i]`. Made for queues that items mostly join at the
     end and leave at the front: two plain lists, keys and items, and the items that left the
     front are counted off (`head`) rather than shifted out one by one, until they are half the
-    lists. Keys compare as tuples in C; a SortedKeyList would call a key function in Python."""
+    lists. Keys compare as tuples in C; a SortedKeyList would call a key function in Python.
+    Like a list, it must not change while it is iterated (drivers change it between cycles)."""
+
+    SHIFT_ON_READ: ClassVar[int] = 2048  # at most this many items shifted to read a queue
 
     def __init__(self) -> None:
         self.keys: list[tuple] = []
         self.items: list[T] = []
         self.head = 0  # items before it have left
         self.changes = 0  # items added and taken out so far: a memo of its content checks it
-
-    SHIFT_ON_READ: ClassVar[int] = 2048  # at most this many items shifted to read a queue
 
     def add(self, key: tuple, item: T) -> None:
         self.changes += 1
