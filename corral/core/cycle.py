@@ -19,12 +19,17 @@ from corral.core.model import Decision, Job, Preempt, Reason, Running, Start
 from corral.core.snapshot import Snapshot
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)  # its own __init__: compiled (see model.py)
 class Reservation:
     job: Job
     nodes: tuple[int, ...]  # where the job will start
     due: float | None  # when the capacity is expected to be there; None: not known
     held: dict[int, int]  # node -> accelerators that jobs outlasting `due` may not take
+
+    def __init__(
+        self, job: Job, nodes: tuple[int, ...], due: float | None, held: dict[int, int]
+    ) -> None:
+        self.job, self.nodes, self.due, self.held = job, nodes, due, held
 
 
 class Cycle:
