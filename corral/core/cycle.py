@@ -429,37 +429,28 @@ class SlotCounter:
 
     def release(self, run: Running) -> bool:
         """Count a run's accelerators as free; True when there are enough slots."""
-        free, held, freed, per = self.free, self.held, self.freed, self.per
-        more, slots = run.job.per_worker, self.slots
         self.batch.append(run)
+        more = run.job.per_worker
         for i in run.nodes:
-            already = freed.get(i, 0)
-            freed[i] = already + more
-            before = free[i] + already
-            if held:  # only what is beside held capacity counts
-                beside = before - held.get(i, 0)
-                slots += max(0, beside + more) // per - max(0, beside) // per
-            else:
-                slots += (before + more) // per - before // per
-        self.slots = slots
-        return slots >= self.need
+            self._count(i, more)
+        return self.slots >= self.need
 
     def release_amounts(self, amounts: dict[int, int]) -> bool:
         """Count accelerators as free, per node (for a count only: `apply` does not see
         them); True when there are enough slots."""
-        free, held, freed, per = self.free, self.held, self.freed, self.per
-        slots = self.slots
         for i, more in amounts.items():
-            already = freed.get(i, 0)
-            freed[i] = already + more
-            before = free[i] + already
-            if held:
-                beside = before - held.get(i, 0)
-                slots += max(0, beside + more) // per - max(0, beside) // per
-            else:
-                slots += (before + more) // per - before // per
-        self.slots = slots
-        return slots >= self.need
+            self._count(i, more)
+        return self.slots >= self.need
+
+    def _count(self, node: int, more: int) -> None:
+        already = self.freed.get(node, 0)
+        self.freed[node] = already + more
+        before, per = self.free[node] + already, self.per
+        if self.held:  # only what is beside held capacity counts
+            beside = before - self.held.get(node, 0)
+            self.slots += max(0, beside + more) // per - max(0, beside) // per
+        else:
+            self.slots += (before + more) // per - before // per
 
     def apply(self) -> None:
         """Release the runs counted so far on the cycle (a probe): its free map catches up."""
