@@ -114,14 +114,10 @@ class SortedQueue(Generic[T]):
         del self.keys[: self.head]
         self.head = 0
 
-    def first_from(self, key: tuple) -> tuple | None:
-        """The key of the first item whose key is `key` or after it, if any."""
+    def first_from(self, key: tuple) -> tuple[tuple, T] | None:
+        """(key, item) of the first item whose key is `key` or after it, if any."""
         at = bisect_left(self.keys, key, self.head)
-        return self.keys[at] if at < len(self.keys) else None
-
-    def item_at_key(self, key: tuple) -> T:
-        """The first item added with this key (which must be there)."""
-        return self.items[bisect_left(self.keys, key, self.head)]
+        return (self.keys[at], self.items[at]) if at < len(self.keys) else None
 
     def irange_key(
         self, min_key: tuple | None = None, inclusive: tuple[bool, bool] = (True, True)

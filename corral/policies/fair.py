@@ -33,6 +33,7 @@ from corral.core.snapshot import Shape, SortedQueue, shape_of
 
 INF = float("inf")
 JUMP_AFTER = 4  # jobs passed over in a row before a walk looks for the next one that matters
+PASS, STOP, ACT = 0, 1, 2  # what the walk does with a job (_Answers.verdict)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -77,15 +78,10 @@ class Fair(Policy):
             if keep:
                 job = queue.pop()
                 passed += 1
-                if job.id in seen:
-                    pass
-                elif within and not answers.within_guarantee(job):
-                    keep = False  # the project's first job beyond its guarantee ends its pass
-                # A job that can do nothing now is passed over (its reason is derived), unless
-                # it is the first blocked one allowed the reservation (rule 6).
-                elif (progress and answers.may_act(job)) or (
-                    cycle.reserver is None and answers.may_reserve(job)
-                ):
+                verdict = PASS if job.id in seen else answers.verdict(job, within, progress)
+                if verdict == STOP:
+                    keep = False
+                elif verdict == ACT:
                     passed = 0
                     seen.add(job.id)
                     yield job
@@ -138,11 +134,11 @@ class Fair(Policy):
         at = answers.cycle.snap.pending.keys[head.id]
         stop: tuple | None = None
         for jobs in queue.shapes.values():
-            first = jobs.first_from(at)
-            if first is None or (stop is not None and first >= stop):
+            found = jobs.first_from(at)
+            if found is None or (stop is not None and found[0] >= stop):
                 continue
-            job = jobs.item_at_key(first)
-            if not answers.passed_over(job, within):
+            first, job = found
+            if answers.verdict(job, within, True) != PASS:
                 stop = first  # it may act (or end the pass): looked at one by one
                 continue
             if bound is None:
@@ -156,8 +152,8 @@ class Fair(Policy):
             # The same share part: the submit time (then the project name) decides.
             t = bound[2] if project > bound[3] else math.nextafter(bound[2], INF)
             found = jobs.first_from(max(first, (first[0], t)))
-            if found is not None and (stop is None or found < stop):
-                stop = found
+            if found is not None and (stop is None or found[0] < stop):
+                stop = found[0]
         return stop
 
     def _may_act(self, cycle: Cycle, job: Job) -> bool:
@@ -300,31 +296,19 @@ class Fair(Policy):
 
     def _reclaimable(self, cycle: Cycle, job: Job) -> Iterator[Running]:
         """Jobs of over-guarantee projects: most over-served project first, then lowest
-        priority, then most recently started; never taking a project below its guarantee."""
+        priority, then most recently started; never taking a project below its guarantee.
+        (Each project's share is its own: this merges what `_given` takes of each.)"""
         pools: dict[str, Iterator[Running]] = {}
         held: dict[str, float] = {}
         guarantee: dict[str, float] = {}
-        smallest: dict[str, int] = {}
         for giver in _givers(cycle, job.accelerator):
             project = giver.project
             if project != job.project:
-                pools[project] = iter(giver.runs)
+                pools[project] = iter(self._given(cycle, giver))
                 held[project], guarantee[project] = giver.held, giver.guarantee
-                smallest[project] = giver.smallest
         while pools:
             project = max(pools, key=lambda p: (_ratio(held[p], guarantee[p]), p))
-            floor = guarantee[project] - 1e-9
-            run = None
-            if held[project] - smallest[project] >= floor:
-                # Held only shrinks: a job skipped as too big to lose stays so.
-                run = next(
-                    (
-                        r
-                        for r in pools[project]
-                        if held[project] - r.job.demand >= floor and self._eligible(cycle, r)
-                    ),
-                    None,
-                )
+            run = next(pools[project], None)
             if run is None:
                 del pools[project]
             else:
@@ -579,14 +563,17 @@ class _Answers:
             found = self.reserve[which] = self.fair.may_reserve(self.cycle, job)
         return found
 
-    def passed_over(self, job: Job, within: bool) -> bool:
-        """Would the walk pass this job over, its project able to progress? (Not when it ends
-        the pass, may act, or may take the reservation.)"""
+    def verdict(self, job: Job, within: bool, progress: bool) -> int:
+        """What the walk does with a job: STOP, the project's first job beyond its guarantee
+        ends its first pass; ACT, it may start or preempt now, or it is the first blocked one
+        allowed the reservation (rule 6); else PASS, its reason is derived."""
         if within and not self.within_guarantee(job):
-            return False
-        if self.may_act(job):
-            return False
-        return self.cycle.reserver is not None or not self.may_reserve(job)
+            return STOP
+        if (progress and self.may_act(job)) or (
+            self.cycle.reserver is None and self.may_reserve(job)
+        ):
+            return ACT
+        return PASS
 
 
 class _UserQueue:
