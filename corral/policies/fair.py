@@ -48,8 +48,8 @@ class Fair(Policy):
         # sure to be first in line for the capacity it frees; otherwise a borrower ranked
         # ahead of it could take that capacity back and the two would trade places forever.
         seen: set[str] = set()
-        answers = _Answers(self, cycle)
         cycle.scratch["fair.reclaim"] = True
+        answers = _Answers(self, cycle)
         yield from self._pass(cycle, seen, answers, within=True)
         cycle.scratch["fair.reclaim"] = False
         answers.new_pass()
@@ -324,18 +324,38 @@ class Fair(Policy):
             return True
         # With every preemptible job eligible, what a project gives up depends only on its
         # jobs and what it holds: the same from cycle to cycle while those stay the same.
-        every = not cycle.victims and not cycle.snap.terminating and self.min_runtime <= 0
+        if not cycle.victims and not cycle.snap.terminating and self.min_runtime <= 0:
+            return counter.release_amounts(self._released_by_others(cycle, job))
         for giver in _givers(cycle, job.accelerator):
-            if giver.project == job.project:
-                continue
-            if every:
-                if counter.release_amounts(self._released(cycle, job.accelerator, giver)):
-                    return True
-                continue
-            for run in self._given(cycle, giver):
-                if counter.release(run):
-                    return True
+            if giver.project != job.project:
+                for run in self._given(cycle, giver):
+                    if counter.release(run):
+                        return True
         return False
+
+    def _released_by_others(self, cycle: Cycle, job: Job) -> dict[int, int]:
+        """`_released` summed over the projects other than the job's, kept on the snapshot
+        and brought up to date by the projects whose maps changed (usually one or two)."""
+        accel = job.accelerator
+        parts: dict[str, dict[int, int]] = {}
+        for giver in _givers(cycle, accel):
+            if giver.project != job.project:
+                parts[giver.project] = self._released(cycle, accel, giver)
+        memo = cycle.snap.policy_memo
+        which = ("fair.released_by_others", accel, job.project)
+        found = memo.get(which)
+        if found is None:
+            found = memo[which] = ({}, {})
+        before: dict[str, dict[int, int]] = found[0]
+        total: dict[int, int] = found[1]
+        for project, amounts in before.items():
+            if parts.get(project) is not amounts:
+                _add_amounts(total, amounts, -1)
+        for project, amounts in parts.items():
+            if before.get(project) is not amounts:
+                _add_amounts(total, amounts, 1)
+        memo[which] = (parts, total)
+        return total
 
     def _given(self, cycle: Cycle, giver: _Giver) -> list[Running]:
         """The jobs a project would give up, none taking it below its guarantee."""
@@ -420,6 +440,15 @@ def _givers(cycle: Cycle, accel: str) -> list[_Giver]:
     return found
 
 
+def _add_amounts(total: dict[int, int], amounts: dict[int, int], sign: int) -> None:
+    for i, amount in amounts.items():
+        left = total.get(i, 0) + sign * amount
+        if left:
+            total[i] = left
+        else:
+            del total[i]
+
+
 def _ratio(held: float, guarantee: float) -> float:
     return held / guarantee if guarantee > 0 else INF
 
@@ -471,6 +500,7 @@ class _Answers:
         "progress",
         "reclaims",
         "act",
+        "reclaiming",
     )
 
     def __init__(self, fair: Fair, cycle: Cycle):
@@ -503,6 +533,7 @@ class _Answers:
         self.progress: dict[str, bool] = {}
         self.reclaims: dict[str, bool] = {}
         self.act: dict[tuple, bool] = {}
+        self.reclaiming = bool(self.cycle.scratch.get("fair.reclaim"))
 
     def key(self, project: str, head: Job) -> tuple:
         """The project's place in the heap with `head` as its next job."""
@@ -518,7 +549,9 @@ class _Answers:
         found = self.progress.get(project)
         if found is None:
             found = self.progress[project] = (
-                self.may_fit(project) or self.may_reclaim(project) or self.may_outrank(project)
+                self.may_fit(project)
+                or (self.reclaiming and self.may_reclaim(project))
+                or self.may_outrank(project)
             )
         return found
 
