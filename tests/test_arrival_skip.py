@@ -48,7 +48,7 @@ def test_skipped_arrival_cycles_change_no_event(policy: str):
     skipped = 0
     for seed in range(12):
         scenario = load({**workload(seed), "scheduler": {"policy": policy}})
-        every = simulate(scenario, skip_idle_arrivals=False)
+        every = simulate(scenario, skip_idle_cycles=False)
         fewer = simulate(scenario)
         assert fewer.events == every.events, f"seed {seed}"
         skipped += every.cycles - fewer.cycles

@@ -203,8 +203,7 @@ class Cycle:
 
     def room_within(self, project: str, accelerator: str, amount: int) -> bool:
         """Would `amount` more keep the project within its guarantee?"""
-        g = self.snap.guarantee_of(project, accelerator)
-        return self.held(project, accelerator) + amount <= g + 1e-9
+        return within(self.held(project, accelerator), amount, self.snap.guarantee_of(project, accelerator))
 
     # -- free-capacity histograms ------------------------------------------------------------
 
@@ -407,6 +406,12 @@ class Cycle:
         self.reservation = reservation
         if self._after is not None:
             self._after.reserve(reservation)
+
+
+def within(held: float, amount: float, guarantee: float) -> bool:
+    """Would `amount` more than `held` stay within `guarantee`? (Guarantees are fractions
+    of the pool: a little slack keeps a sum of shares from rounding below a whole job.)"""
+    return held + amount <= guarantee + 1e-9
 
 
 class SlotCounter:

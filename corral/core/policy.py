@@ -91,6 +91,16 @@ class Policy:
         """May this blocked job hold a reservation (only the first such job gets one)?"""
         return False
 
+    def idle(self, snap: Snapshot) -> bool:
+        """Would a cycle on this state surely decide nothing: start no job, preempt none and
+        ask for no wake-up? A cheap sufficient condition (False: cannot tell); a driver may
+        skip such a cycle. A policy that never preempts knows it when no pending job fits."""
+        return not self.preemptive and self.wake_at_is_default() and nothing_fits(snap)
+
+    def wake_at_is_default(self) -> bool:
+        """Is `wake_at` this class's (not overridden by a subclass)?"""
+        return type(self).wake_at is Policy.wake_at
+
     def wake_at(self, cycle: Cycle) -> float | None:
         """A time at which the decision may change even if nothing happens: here, when a job
         running after this cycle becomes old enough (preempt_min_runtime) to be a victim."""
@@ -99,3 +109,16 @@ class Policy:
             return None
         ages = (r.started_at + self.min_runtime for r in cycle.running_after() if r.job.preemptible)
         return min((t for t in ages if t > snap.now), default=None)
+
+
+def nothing_fits(snap: Snapshot) -> bool:
+    """Does no pending job fit in what is free, reservations aside, with no job stopping?
+    (Then no job can start: a fit is the first thing a start needs.)"""
+    if snap.terminating:
+        return False
+    slots = snap.slots
+    for accelerator, per_worker, workers in snap.pending.shapes:
+        found = slots.get((accelerator, per_worker, False))
+        if found is None or found >= workers:
+            return False
+    return True

@@ -19,9 +19,9 @@ from typing import ClassVar
 
 from mypy_extensions import mypyc_attr
 
-from corral.core.cycle import Cycle
+from corral.core.cycle import Cycle, within
 from corral.core.model import Job, Running
-from corral.core.policy import Policy
+from corral.core.policy import Policy, nothing_fits
 from corral.core.preempt import (
     Preemption,
     could_free_room,
@@ -29,7 +29,7 @@ from corral.core.preempt import (
     find_victims,
     free_room_counter,
 )
-from corral.core.snapshot import Shape, SortedQueue, shape_of
+from corral.core.snapshot import Shape, Snapshot, SortedQueue, shape_of
 
 INF = float("inf")
 JUMP_AFTER = 4  # jobs passed over in a row before a walk looks for the next one that matters
@@ -224,11 +224,27 @@ class Fair(Policy):
                 return True
         return False
 
-    def _may_outrank(self, cycle: Cycle, project: str) -> bool:
+    def idle(self, snap: Snapshot) -> bool:
+        # Nothing fits, nothing is stopping, no wake-up is due (no minimum run time), and no
+        # job may preempt: none is within its project's guarantee (so none reclaims: its
+        # smallest job of each type is enough to ask about) and none outranks a running job
+        # of its own project.
+        if self.min_runtime > 0 or not nothing_fits(snap):
+            return False
+        pending = snap.pending
+        for project in pending.demand:
+            for accel, need in pending.summary(project).least_demand.items():
+                if within(snap.held(project, accel), need, snap.guarantee_of(project, accel)):
+                    return False
+            if self._may_outrank(snap, project):
+                return False
+        return True
+
+    def _may_outrank(self, snap: Snapshot, project: str) -> bool:
         """Does a user's first pending job outrank one of the project's running jobs? (Each
         user's first job has that user's highest priority: the queue sorts by priority first.)"""
-        running = cycle.snap.running_priorities.get(project)
-        pending = cycle.snap.pending.priorities.get(project)
+        running = snap.running_priorities.get(project)
+        pending = snap.pending.priorities.get(project)
         if not running or not pending:
             return False
         return max(pending) > min(running)
@@ -572,7 +588,7 @@ class _Answers:
     def may_outrank(self, project: str) -> bool:
         found = self.outranks.get(project)
         if found is None:
-            found = self.outranks[project] = self.fair._may_outrank(self.cycle, project)
+            found = self.outranks[project] = self.fair._may_outrank(self.cycle.snap, project)
         return found
 
     def within_guarantee(self, job: Job) -> bool:

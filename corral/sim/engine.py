@@ -2,9 +2,10 @@
 
 Event-driven by default: a cycle runs after each batch of arrivals and completions at one
 instant (and again at once while a decision preempts, since victims free capacity at once).
-An instant whose only events are arrivals that the last decision says change nothing (it is
-settled, and they can neither start, preempt nor take the reservation over) runs no cycle: its
-outcome would be the same.
+Two kinds of instant run no cycle, since its outcome is known: one whose only events are
+arrivals that the last decision says change nothing (it is settled, and they can neither start,
+preempt nor take the reservation over), and one the policy finds idle (`Policy.idle`: no job
+can start or preempt, say nothing fits and no project may reclaim).
 With `round_s`, cycles run only on multiples of the round, like Gavel or Blox. A preempted
 job keeps its progress (checkpointing), plus `restart_penalty` seconds on each resume.
 """
@@ -34,9 +35,9 @@ class SimOptions:
     restart_penalty: float = 0.0  # seconds lost on each resume after a preemption
     slowdown: float = 0.0  # extra run time fraction for a gang spread over more nodes than needed
     max_sim_time: float | None = None  # stop the clock here; jobs still queued stay unfinished
-    # Skip the cycle of an instant whose arrivals the last decision says change nothing (the
-    # outcome is the same either way: off, for tests that check exactly that).
-    skip_idle_arrivals: bool = True
+    # Skip the cycles whose outcome is known to be nothing (the events are the same either
+    # way: off, for tests that check exactly that).
+    skip_idle_cycles: bool = True
 
 
 @dataclass(slots=True)
@@ -183,7 +184,7 @@ class Simulator:
         self.snap.submit(job)
         # An arrival that changes no decision needs no cycle (see decide._arrival_may_act).
         last = self._last
-        if last is None or last.arrival_may_act is None or not self.options.skip_idle_arrivals:
+        if last is None or last.arrival_may_act is None or not self.options.skip_idle_cycles:
             return True, 0
         return last.arrival_may_act(job), 0
 
@@ -196,6 +197,9 @@ class Simulator:
         return self._admission[kind]
 
     def _schedule(self, now: float) -> None:
+        if self.options.skip_idle_cycles and self.policy.idle(self.snap):
+            self._last = None  # (its state is older than the snapshot's now)
+            return
         for _ in range(MAX_CYCLES_PER_INSTANT):
             decision = self._last = decide(self.snap, self.policy)
             self.cycles += 1
