@@ -27,7 +27,7 @@ def _job(name: str, project: str = "a", per: int = 1, **kw) -> Job:
         project,
         kw.pop("user", "u"),
         kw.pop("priority", 0),
-        Resources("gpu", per),
+        Resources(kw.pop("accel", "gpu"), per),
         submit,
         **kw,
     )
@@ -115,6 +115,118 @@ def test_lazy_indexes_match_a_rebuild_after_random_changes():
     for job in expected:
         priorities.setdefault(job.project, Counter())[job.priority] += 1
     assert snap.pending.priorities == priorities
+
+
+def test_counts_match_a_recount_after_every_change():
+    """The plain-dict counts (usage, pending demand, priorities...) and the global priority
+    counts behind `outrank_possible`, checked against a recount after every change: built from
+    the start in one snapshot, first asked for mid-way in the other."""
+    rng = random.Random(11)
+    nodes = [Node(f"g{i}", "gpu", 8) for i in range(3)] + [Node("t0", "tpu", 4)]
+    q = parse_quota(quota({"a": {"gpu": 1, "tpu": 1}, "b": {"gpu": 1}}))
+    eager, lazy = Snapshot(nodes, q), Snapshot(nodes, q)
+    _ = eager.preemptible_sizes, eager.running_priorities
+    outranks = set()
+    n = 0
+    for step in range(600):
+        pending, running = list(eager.pending.jobs), list(eager.running)
+        roll = rng.random()
+        if roll < 0.45 or not pending and not running:
+            n += 1
+            job = _job(
+                f"j{n}",
+                rng.choice("abc"),
+                rng.choice([1, 2, 4]),
+                accel=rng.choice(["gpu", "gpu", "tpu"]),
+                priority=rng.choice([-1, 0, 0, 2, 5]),
+                preemptible=rng.random() < 0.8,
+                max_runtime=rng.choice([None, 100.0]),
+            )
+            for snap in (eager, lazy):
+                snap.submit(job)
+        elif roll < 0.6 and pending:
+            for snap in (eager, lazy):
+                snap.withdraw(pending[0])
+        elif roll < 0.85 and pending:
+            job = eager.pending.jobs[rng.choice(pending)]
+            free = [
+                eager.cluster.nodes[i].name
+                for i, f in enumerate(eager.free)
+                if f >= job.per_worker and eager.cluster.accelerator_of[i] == job.accelerator
+            ]
+            if free:
+                where = [rng.choice(free)]
+                for snap in (eager, lazy):
+                    snap.start(job.id, where, float(step))
+        elif running:
+            victim = rng.choice(running)
+            for snap in (eager, lazy):
+                snap.stop(victim)
+        if step == 300:
+            _ = lazy.preemptible_sizes
+            _ = lazy.running_priority_counts  # (builds running_priorities too)
+        _check_counts(eager)
+        if step >= 300:
+            _check_counts(lazy)
+        else:
+            assert lazy.pending.priority_counts == eager.pending.priority_counts
+        outranks.add(eager.outrank_possible())
+    assert outranks == {True, False}  # both answers were checked
+
+
+def _check_counts(snap: Snapshot) -> None:
+    pending = list(snap.pending.jobs.values())
+    runs = [r.job for r in snap.running.values()]
+    victims = [job for job in runs if job.preemptible]
+
+    def count(keys) -> dict:
+        out: dict = {}
+        for key in keys:
+            out[key] = out.get(key, 0) + 1
+        return out
+
+    def by(jobs, outer, inner) -> dict:  # outer key -> inner key -> jobs
+        return {k: count(inner(j) for j in jobs if outer(j) == k) for k in {outer(j) for j in jobs}}
+
+    def total(jobs, outer, inner) -> dict:  # outer key -> inner key -> accelerators
+        out: dict = {}
+        for j in jobs:
+            inside = out.setdefault(outer(j), {})
+            inside[inner(j)] = inside.get(inner(j), 0) + j.demand
+        return out
+
+    project, priority = (lambda j: j.project), (lambda j: j.priority)
+    assert snap.pending.priorities == by(pending, project, priority)
+    assert snap.pending.priority_counts == count(j.priority for j in pending)
+    assert snap.pending.demand == by(pending, project, lambda j: j.shape)
+    assert snap.pending.shapes == count(j.shape for j in pending)
+    assert snap.pending.fixed == count(j.shape for j in pending if not j.preemptible)
+    bounded = count(j.project for j in pending if j.max_runtime is not None)
+    assert {p: c for p, c in snap.pending.bounded.items() if c} == bounded
+    for counts in (snap.pending.priorities, snap.pending.demand):
+        assert all(c > 0 for inner in counts.values() for c in inner.values())
+    # Projects stay in usage (and running_priorities) once they ran a job, maybe empty.
+    held = total(runs, project, lambda j: j.accelerator)
+    assert {p: c for p, c in snap.usage.items() if c} == held
+    assert all(c > 0 for counts in snap.usage.values() for c in counts.values())
+    in_use = {a: sum(j.demand for j in runs if j.accelerator == a) for a in ("gpu", "tpu")}
+    assert {a: snap.in_use.get(a, 0) for a in in_use} == in_use
+    running = by(victims, project, priority)
+    assert {p: c for p, c in snap.running_priorities.items() if c} == running
+    counts = count(j.priority for j in victims)
+    assert snap.running_priority_counts == counts
+    accels = {j.accelerator for j in victims}
+    sizes = {
+        a: by([j for j in victims if j.accelerator == a], project, lambda j: j.demand)
+        for a in accels
+    }
+    assert {a: c for a, c in snap.preemptible_sizes.items() if c} == sizes
+    # outrank_possible: exactly whether the highest pending priority beats the lowest running
+    # one, and never False while some project has a pending job above a running one of its own.
+    expected = bool(pending and victims) and max(j.priority for j in pending) > min(counts)
+    assert snap.outrank_possible() == expected
+    if any(p.priority > v.priority for p in pending for v in victims if p.project == v.project):
+        assert snap.outrank_possible()
 
 
 def _check_summary(snap: Snapshot, project: str) -> None:

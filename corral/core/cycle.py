@@ -69,7 +69,7 @@ class Cycle:
         self.node_jobs = snap.node_jobs.copy()
         self.exclusive = snap.exclusive_domains.copy()
         # Copied per project on first write.
-        self.usage: dict[str, dict[str, int]] = snap.usage  # type: ignore[assignment]
+        self.usage: dict[str, dict[str, int]] = snap.usage
         self._copied: set[str] = set()
         self.victims: dict[str, Running] = {}  # chosen for preemption in this cycle
         # Jobs told to stop (before or in this cycle): their accelerators are free soon, at no
@@ -336,7 +336,7 @@ class Cycle:
         """total_resources caps what corral hands out of a type, whatever the inventory."""
         cap = self.snap.capacity.get(job.accelerator, 0)
         accel = job.accelerator
-        return self.snap.in_use[accel] + self.admitted.get(accel, 0) + job.demand <= cap
+        return self.snap.in_use.get(accel, 0) + self.admitted.get(accel, 0) + job.demand <= cap
 
     def admit(self, job: Job, nodes: tuple[int, ...]) -> None:
         self.changes += 1

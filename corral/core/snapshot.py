@@ -8,7 +8,7 @@ a cycle costs what changed, not the size of the queue or of the job history.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import mul
@@ -26,6 +26,7 @@ INF = float("inf")
 NONE: Mapping = MappingProxyType({})  # an empty mapping to look things up in
 RunningKey = Callable[[Running], float | None]
 T = TypeVar("T")
+K = TypeVar("K")
 
 
 def default_queue_key(job: Job) -> tuple:
@@ -239,12 +240,12 @@ class Cluster:
         ordered = tuple(sorted(nodes, key=lambda n: n.name))
         domains: dict[str, list[int]] = defaultdict(list)
         by_type: dict[str, list[int]] = defaultdict(list)
-        capacity: Counter[str] = Counter()
+        capacity: dict[str, int] = {}
         largest: dict[str, int] = {}
         for i, n in enumerate(ordered):
             domains[n.domain].append(i)
             by_type[n.accelerator].append(i)
-            capacity[n.accelerator] += n.count
+            capacity[n.accelerator] = capacity.get(n.accelerator, 0) + n.count
             largest[n.accelerator] = max(largest.get(n.accelerator, 0), n.count)
         typed: dict[str, dict[str, tuple[int, ...]]] = defaultdict(dict)
         for d, idx in domains.items():
@@ -257,7 +258,7 @@ class Cluster:
             domain_of=tuple(n.domain for n in ordered),
             accelerator_of=tuple(n.accelerator for n in ordered),
             by_type={t: tuple(v) for t, v in sorted(by_type.items())},
-            capacity=dict(capacity),
+            capacity=capacity,
             largest_node=largest,
             typed_domains=dict(typed),
         )
@@ -308,6 +309,7 @@ class PendingQueue:
         "bounded",
         "any_bounded",
         "priorities",
+        "priority_counts",
         "shapes",
         "fixed",
         "revisit_at",
@@ -325,16 +327,19 @@ class PendingQueue:
         # Jobs whose rank changes at a time of their own (LAS promotion), by that time.
         self.revisit_at = revisit_at
         self.by_revisit = SortedKeyList(key=lambda job: (revisit_at(job), job.id))  # type: ignore[misc]
+        # Counts are plain dicts, not Counters: mypyc compiles typed dict operations to direct
+        # C calls. A count that reaches 0 is deleted, except in `bounded`.
         # project -> (accelerator, demand) -> count: lets a cycle see at once whether any of a
         # project's jobs could fit, without walking its queue.
-        self.demand: dict[str, Counter[tuple[str, int, int]]] = defaultdict(Counter)
+        self.demand: dict[str, dict[Shape, int]] = {}
         # project -> its shapes summed up (see `summary`), until a shape comes or goes.
         self._summaries: dict[str, ShapeSummary] = {}
-        self.bounded: Counter[str] = Counter()  # project -> pending jobs with a max_runtime
+        self.bounded: dict[str, int] = {}  # project -> pending jobs with a max_runtime
         self.any_bounded = 0  # pending jobs with a max_runtime, over all projects
-        self.priorities: dict[str, Counter[int]] = defaultdict(Counter)  # project -> priority -> n
-        self.shapes: Counter[tuple[str, int, int]] = Counter()  # the same over all projects
-        self.fixed: Counter[tuple[str, int, int]] = Counter()  # non-preemptible jobs per shape
+        self.priorities: dict[str, dict[int, int]] = {}  # project -> priority -> n
+        self.priority_counts: dict[int, int] = {}  # priority -> n, over all projects
+        self.shapes: dict[Shape, int] = {}  # the same over all projects
+        self.fixed: dict[Shape, int] = {}  # non-preemptible jobs per shape
 
     def __len__(self) -> int:
         return len(self.jobs)
@@ -404,17 +409,24 @@ class PendingQueue:
             self._add_by_user_shape(job, key)
         if self.revisit_at is not None and self.revisit_at(job) is not None:
             self.by_revisit.add(job)
-        shape = job.shape
-        counts = self.demand[job.project]
-        counts[shape] += 1
-        if counts[shape] == 1:
-            self._summaries.pop(job.project, None)
-        self.priorities[job.project][job.priority] += 1
-        self.shapes[shape] += 1
+        shape, project, priority = job.shape, job.project, job.priority
+        counts = self.demand.get(project)
+        if counts is None:
+            counts = self.demand[project] = {}
+        n = counts.get(shape, 0)
+        counts[shape] = n + 1
+        if n == 0:
+            self._summaries.pop(project, None)
+        priorities = self.priorities.get(project)
+        if priorities is None:
+            priorities = self.priorities[project] = {}
+        priorities[priority] = priorities.get(priority, 0) + 1
+        self.priority_counts[priority] = self.priority_counts.get(priority, 0) + 1
+        self.shapes[shape] = self.shapes.get(shape, 0) + 1
         if not job.preemptible:
-            self.fixed[shape] += 1
+            self.fixed[shape] = self.fixed.get(shape, 0) + 1
         if job.max_runtime is not None:
-            self.bounded[job.project] += 1
+            self.bounded[project] = self.bounded.get(project, 0) + 1
             self.any_bounded += 1
 
     def _add_by_user(self, job: Job, key: tuple) -> None:
@@ -466,7 +478,7 @@ class PendingQueue:
         if self.revisit_at is not None and self.revisit_at(job) is not None:
             self.by_revisit.remove(job)
         if job.max_runtime is not None:
-            self.bounded[job.project] -= 1
+            self.bounded[job.project] -= 1  # (kept at 0: readers take 0 and absent alike)
             self.any_bounded -= 1
         _decrement(self.shapes, job.shape)
         if not job.preemptible:
@@ -477,9 +489,11 @@ class PendingQueue:
             self._summaries.pop(job.project, None)
         if not counts:
             del self.demand[job.project]
-        _decrement(self.priorities[job.project], job.priority)
-        if not self.priorities[job.project]:
+        priorities = self.priorities[job.project]
+        _decrement(priorities, job.priority)
+        if not priorities:
             del self.priorities[job.project]
+        _decrement(self.priority_counts, job.priority)
         del self.jobs[job_id], self.keys[job_id]
         return job
 
@@ -508,24 +522,28 @@ def _discard(queues: dict, name: object, key: tuple, item: Job | Running) -> Non
         del queues[name]
 
 
-def _add_size(sizes: dict[str, dict[str, Counter[int]]], run: Running) -> None:
-    by_project = sizes[run.job.accelerator]
-    counts = by_project.get(run.job.project)
-    if counts is None:  # (not setdefault: it would build a Counter on every call)
-        counts = by_project[run.job.project] = Counter()
-    counts[run.job.demand] += 1
+def _add_size(sizes: dict[str, dict[str, dict[int, int]]], run: Running) -> None:
+    job = run.job
+    by_project = sizes.get(job.accelerator)
+    if by_project is None:  # (not setdefault: it would build a dict on every call)
+        by_project = sizes[job.accelerator] = {}
+    counts = by_project.get(job.project)
+    if counts is None:
+        counts = by_project[job.project] = {}
+    counts[job.demand] = counts.get(job.demand, 0) + 1
 
 
 def shape_of(job: Job) -> tuple[str, int, int]:
     return job.shape
 
 
-def _decrement(counter: Counter, key) -> None:
-    left = counter[key] - 1
+def _decrement(counts: dict[K, int], key: K) -> None:
+    """One less of `key` (present); a count that reaches 0 is deleted."""
+    left = counts[key] - 1
     if left:
-        counter[key] = left
+        counts[key] = left
     else:
-        del counter[key]
+        del counts[key]
 
 
 @dataclass(slots=True)
@@ -580,17 +598,21 @@ class Snapshot:
         self.exclusive_domains: dict[str, str] = {}  # domain -> job id holding it alone
         self.running: dict[str, Running] = {}
         self._preemptible: dict[str, dict[str, SortedQueue[Running]]] | None = None
-        # Built when a policy first asks (see `preemptible_sizes`, `running_priorities`).
-        self._sizes: dict[str, dict[str, Counter[int]]] | None = None
-        self._priorities: dict[str, Counter[int]] | None = None
+        # Built when a policy first asks (see `preemptible_sizes`, `running_priorities`); the
+        # second two together.
+        self._sizes: dict[str, dict[str, dict[int, int]]] | None = None
+        self._priorities: dict[str, dict[int, int]] | None = None
+        self._priority_counts: dict[int, int] | None = None
         # Running jobs by when they will end at the latest (declared max_runtime), unknown ends
         # last and oldest first: the order in which a reservation expects capacity back.
         self.running_by_end = RunningByEnd()
         # The policy's own indexes of running jobs, by name (see RunningIndex).
         self.running_by = {name: RunningIndex(key) for name, key in (running_keys or {}).items()}
         self.pending = PendingQueue(queue_key or default_queue_key, revisit_at)
-        self.usage: dict[str, Counter[str]] = defaultdict(Counter)  # project -> type -> held
-        self.in_use: Counter[str] = Counter()  # type -> held by all projects
+        # project -> type -> held. A project stays (maybe empty) once it has run a job: the
+        # server lists the projects in it.
+        self.usage: dict[str, dict[str, int]] = {}
+        self.in_use: dict[str, int] = {}  # type -> held by all projects (0s kept)
         self.capacity = self._capacity()
         self.guarantee = self._guarantees()
         # Written by `decide`: an exact function of the state it was planned from, checked
@@ -661,8 +683,12 @@ class Snapshot:
         if job.resources.exclusive:
             for i in where:
                 self.exclusive_domains[self.cluster.domain_of[i]] = job.id
-        self.usage[job.project][job.accelerator] += job.demand
-        self.in_use[job.accelerator] += job.demand
+        accel, demand = job.accelerator, job.demand
+        held = self.usage.get(job.project)
+        if held is None:
+            held = self.usage[job.project] = {}
+        held[accel] = held.get(accel, 0) + demand
+        self.in_use[accel] = self.in_use.get(accel, 0) + demand
         run = Running(job=job, nodes=where, started_at=now)
         self.running[job.id] = run
         self.running_by_end.add(run)
@@ -670,7 +696,7 @@ class Snapshot:
             by.add(run)
         if job.preemptible:
             if self._priorities is not None:
-                self._priorities[job.project][job.priority] += 1
+                self._add_priority(job)
             if self._sizes is not None:
                 _add_size(self._sizes, run)
             if self._preemptible is not None:
@@ -686,7 +712,10 @@ class Snapshot:
         job = run.job
         if job.preemptible:
             if self._priorities is not None:
+                # (a project's dict stays when it empties: readers take {} and absent alike)
                 _decrement(self._priorities[job.project], job.priority)
+                assert self._priority_counts is not None
+                _decrement(self._priority_counts, job.priority)
             if self._preemptible is not None:
                 _discard(self._preemptible[job.accelerator], job.project, victim_order(run), run)
             if self._sizes is not None:
@@ -722,26 +751,58 @@ class Snapshot:
         return self._preemptible
 
     @property
-    def preemptible_sizes(self) -> dict[str, dict[str, Counter[int]]]:
+    def preemptible_sizes(self) -> dict[str, dict[str, dict[int, int]]]:
         """accelerator -> project -> demand -> how many preemptible running jobs: the smallest
-        victim. Built when a policy first asks, like `preemptible`."""
+        victim. Built when a policy first asks, like `preemptible`. A type none has run on is
+        absent."""
         if self._sizes is None:
-            self._sizes = defaultdict(dict)
+            self._sizes = {}
             for run in self.running.values():
                 if run.job.preemptible:
                     _add_size(self._sizes, run)
         return self._sizes
 
     @property
-    def running_priorities(self) -> dict[str, Counter[int]]:
+    def running_priorities(self) -> dict[str, dict[int, int]]:
         """project -> priority -> preemptible running jobs: can a pending job outrank one?
         Built when a policy first asks, like `preemptible`."""
         if self._priorities is None:
-            self._priorities = defaultdict(Counter)
-            for run in self.running.values():
-                if run.job.preemptible:
-                    self._priorities[run.job.project][run.job.priority] += 1
+            self._build_priorities()
+        assert self._priorities is not None
         return self._priorities
+
+    @property
+    def running_priority_counts(self) -> dict[int, int]:
+        """priority -> preemptible running jobs, over all projects. Built with
+        `running_priorities`."""
+        if self._priority_counts is None:
+            self._build_priorities()
+        assert self._priority_counts is not None
+        return self._priority_counts
+
+    def _build_priorities(self) -> None:
+        self._priorities, self._priority_counts = {}, {}
+        for run in self.running.values():
+            if run.job.preemptible:
+                self._add_priority(run.job)
+
+    def _add_priority(self, job: Job) -> None:
+        assert self._priorities is not None and self._priority_counts is not None
+        counts = self._priorities.get(job.project)
+        if counts is None:
+            counts = self._priorities[job.project] = {}
+        priority = job.priority
+        counts[priority] = counts.get(priority, 0) + 1
+        self._priority_counts[priority] = self._priority_counts.get(priority, 0) + 1
+
+    def outrank_possible(self) -> bool:
+        """Might some pending job outrank a preemptible running job of its own project? False
+        when the highest pending priority is not above the lowest running one: then no project
+        has such a pair. A necessary condition only (a True does not say which project, if any,
+        has one), read in O(priority levels)."""
+        pending = self.pending.priority_counts
+        running = self.running_priority_counts
+        return bool(pending) and bool(running) and max(pending) > min(running)
 
     def _add_preemptible(self, run: Running) -> None:
         assert self._preemptible is not None

@@ -443,7 +443,7 @@ def _givers(cycle: Cycle, accel: str) -> list[_Giver]:
     if found is None:
         found = by_type[accel] = []
         snap = cycle.snap
-        sizes = snap.preemptible_sizes[accel]
+        sizes = snap.preemptible_sizes.get(accel, {})
         for project, runs in snap.preemptible.get(accel, {}).items():
             held, guarantee = cycle.held(project, accel), snap.guarantee_of(project, accel)
             if held <= guarantee:
