@@ -203,7 +203,8 @@ class Cycle:
 
     def room_within(self, project: str, accelerator: str, amount: int) -> bool:
         """Would `amount` more keep the project within its guarantee?"""
-        return within(self.held(project, accelerator), amount, self.snap.guarantee_of(project, accelerator))
+        guarantee = self.snap.guarantee_of(project, accelerator)
+        return within(self.held(project, accelerator), amount, guarantee)
 
     # -- free-capacity histograms ------------------------------------------------------------
 

@@ -231,12 +231,12 @@ class Fair(Policy):
         # of its own project.
         if self.min_runtime > 0 or not nothing_fits(snap):
             return False
-        pending = snap.pending
+        pending, outrank = snap.pending, snap.outrank_possible()
         for project in pending.demand:
             for accel, need in pending.summary(project).least_demand.items():
                 if within(snap.held(project, accel), need, snap.guarantee_of(project, accel)):
                     return False
-            if self._may_outrank(snap, project):
+            if outrank and self._may_outrank(snap, project):
                 return False
         return True
 
@@ -517,13 +517,15 @@ class _Answers:
         "reclaims",
         "act",
         "reclaiming",
+        "outranking",
     )
 
     def __init__(self, fair: Fair, cycle: Cycle):
         self.fair, self.cycle = fair, cycle
         self.mark = self._mark()
-        # The snapshot's running jobs and queue do not change during a cycle: nor does this.
+        # The snapshot's running jobs and queue do not change during a cycle: nor do these.
         self.outranks: dict[str, bool] = {}
+        self.outranking = cycle.snap.outrank_possible()
         self._capacity_changed()
 
     def _mark(self) -> int:
@@ -567,7 +569,7 @@ class _Answers:
             found = self.progress[project] = (
                 self.may_fit(project)
                 or (self.reclaiming and self.may_reclaim(project))
-                or self.may_outrank(project)
+                or (self.outranking and self.may_outrank(project))
             )
         return found
 

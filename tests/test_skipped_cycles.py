@@ -1,6 +1,7 @@
 """The simulator's skipped cycles are exact: an instant whose only events are arrivals that the
-last decision says change nothing runs no cycle, and the event log must be the one a cycle at
-every event gives. Each random workload is run both ways under every built-in policy.
+last decision says change nothing runs no cycle, nor does one the policy finds idle, and the
+event log must be the one a cycle at every event gives. Each random workload is run both ways
+under every built-in policy.
 
 The skip must also hold when a new job comes before the job holding the reservation: it may
 fit in held capacity, or take the reservation over and free what was held for others.
@@ -12,6 +13,10 @@ import random
 
 import pytest
 from simkit import job, load, quota, simulate
+
+from corral.core.snapshot import Snapshot
+from corral.policies.fair import Fair
+from corral.policies.fifo import Fifo
 
 
 def workload(seed: int) -> dict:
@@ -53,3 +58,42 @@ def test_skipped_arrival_cycles_change_no_event(policy: str):
         assert fewer.events == every.events, f"seed {seed}"
         skipped += every.cycles - fewer.cycles
     assert skipped > 0  # the skip is exercised, not just allowed
+
+
+class CountingFair(Fair):
+    def __init__(self, config=None) -> None:
+        super().__init__(config)
+        self.idle_cycles = 0
+
+    def idle(self, snap: Snapshot) -> bool:
+        found = super().idle(snap)
+        self.idle_cycles += found
+        return found
+
+
+class CountingFifo(Fifo):
+    def __init__(self, config=None) -> None:
+        super().__init__(config)
+        self.idle_cycles = 0
+
+    def idle(self, snap: Snapshot) -> bool:
+        found = super().idle(snap)
+        self.idle_cycles += found
+        return found
+
+
+@pytest.mark.parametrize("kind", [CountingFair, CountingFifo])
+def test_idle_cycles_skipped_change_no_event(kind):
+    """Idle cycles are skipped (the count is of cycles skipped) and change no event: fair's
+    reclaims by projects back within their guarantee and its outranking jobs still happen."""
+    idle = preempted = 0
+    for seed in range(12):
+        scenario = load(workload(seed))
+        every = simulate(scenario, kind(), skip_idle_cycles=False)
+        policy = kind()
+        fewer = simulate(scenario, policy)
+        assert fewer.events == every.events, f"seed {seed}"
+        idle += policy.idle_cycles
+        preempted += sum(e["event"] == "preempt" for e in fewer.events)
+    assert idle > 20
+    assert preempted > 0 or kind is CountingFifo
