@@ -93,6 +93,7 @@ def test_lazy_indexes_match_a_rebuild_after_random_changes():
             _ = snap.pending.by_user_shape
         for project in "ab":  # summaries kept across changes, and right after each one
             _check_summary(snap, project)
+        _check_summary(snap, None)
     key = snap.pending.key
     expected = sorted(snap.pending.jobs.values(), key=key)
     assert list(snap.pending.all) == expected
@@ -229,9 +230,12 @@ def _check_counts(snap: Snapshot) -> None:
         assert snap.outrank_possible()
 
 
-def _check_summary(snap: Snapshot, project: str) -> None:
-    shapes = {j.shape for j in snap.pending.jobs.values() if j.project == project}
-    summary = snap.pending.summary(project)
+def _check_summary(snap: Snapshot, project: str | None) -> None:
+    """A project's summary (None: the one over all projects) against a recount."""
+    jobs = snap.pending.jobs.values()
+    shapes = {j.shape for j in jobs if project is None or j.project == project}
+    pending = snap.pending
+    summary = pending.summary_all() if project is None else pending.summary(project)
     fewest: dict = {}
     for accel, per, workers in shapes:
         fewest[(accel, per)] = min(workers, fewest.get((accel, per), workers))

@@ -286,7 +286,13 @@ class Cycle:
 
     def may_fit_any(self) -> bool:
         """Could any pending job fit? (Held capacity counts as free: conservative.)"""
-        return any(self.may_fit_shape(a, p, w, False) for a, p, w in self.snap.pending.shapes)
+        for (
+            accelerator,
+            per_worker,
+        ), workers in self.snap.pending.summary_all().fewest_workers.items():
+            if self.may_fit_shape(accelerator, per_worker, workers, False):
+                return True
+        return False
 
     def domains_by_free(self, accelerator: str) -> SortedList:
         """(free accelerators of the type, domain) for every domain holding the type."""

@@ -117,7 +117,7 @@ def nothing_fits(snap: Snapshot) -> bool:
     if snap.terminating:
         return False
     slots = snap.slots
-    for accelerator, per_worker, workers in snap.pending.shapes:
+    for (accelerator, per_worker), workers in snap.pending.summary_all().fewest_workers.items():
         found = slots.get((accelerator, per_worker, False))
         if found is None or found >= workers:
             return False

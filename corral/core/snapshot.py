@@ -306,6 +306,7 @@ class PendingQueue:
         "_by_user_shape",
         "demand",
         "_summaries",
+        "_summary_all",
         "bounded",
         "any_bounded",
         "priorities",
@@ -334,6 +335,7 @@ class PendingQueue:
         self.demand: dict[str, dict[Shape, int]] = {}
         # project -> its shapes summed up (see `summary`), until a shape comes or goes.
         self._summaries: dict[str, ShapeSummary] = {}
+        self._summary_all: ShapeSummary | None = None  # the same over all projects
         self.bounded: dict[str, int] = {}  # project -> pending jobs with a max_runtime
         self.any_bounded = 0  # pending jobs with a max_runtime, over all projects
         self.priorities: dict[str, dict[int, int]] = {}  # project -> priority -> n
@@ -394,6 +396,12 @@ class PendingQueue:
             found = self._summaries[project] = ShapeSummary(self.demand.get(project, {}))
         return found
 
+    def summary_all(self) -> ShapeSummary:
+        """`summary` over all projects: could any pending job fit at all?"""
+        if self._summary_all is None:
+            self._summary_all = ShapeSummary(self.shapes)
+        return self._summary_all
+
     def add(self, job: Job) -> None:
         if job.id in self.jobs:
             raise ValueError(f"job {job.id} is already pending")
@@ -422,7 +430,10 @@ class PendingQueue:
             priorities = self.priorities[project] = {}
         priorities[priority] = priorities.get(priority, 0) + 1
         self.priority_counts[priority] = self.priority_counts.get(priority, 0) + 1
-        self.shapes[shape] = self.shapes.get(shape, 0) + 1
+        n = self.shapes.get(shape, 0)
+        self.shapes[shape] = n + 1
+        if n == 0:
+            self._summary_all = None
         if not job.preemptible:
             self.fixed[shape] = self.fixed.get(shape, 0) + 1
         if job.max_runtime is not None:
@@ -481,6 +492,8 @@ class PendingQueue:
             self.bounded[job.project] -= 1  # (kept at 0: readers take 0 and absent alike)
             self.any_bounded -= 1
         _decrement(self.shapes, job.shape)
+        if job.shape not in self.shapes:
+            self._summary_all = None
         if not job.preemptible:
             _decrement(self.fixed, job.shape)
         counts = self.demand[job.project]

@@ -340,38 +340,18 @@ class Fair(Policy):
             return True
         # With every preemptible job eligible, what a project gives up depends only on its
         # jobs and what it holds: the same from cycle to cycle while those stay the same.
-        if not cycle.victims and not cycle.snap.terminating and self.min_runtime <= 0:
-            return counter.release_amounts(self._released_by_others(cycle, job))
+        every = not cycle.victims and not cycle.snap.terminating and self.min_runtime <= 0
         for giver in _givers(cycle, job.accelerator):
-            if giver.project != job.project:
-                for run in self._given(cycle, giver):
-                    if counter.release(run):
-                        return True
+            if giver.project == job.project:
+                continue
+            if every:
+                if counter.release_amounts(self._released(cycle, job.accelerator, giver)):
+                    return True
+                continue
+            for run in self._given(cycle, giver):
+                if counter.release(run):
+                    return True
         return False
-
-    def _released_by_others(self, cycle: Cycle, job: Job) -> dict[int, int]:
-        """`_released` summed over the projects other than the job's, kept on the snapshot
-        and brought up to date by the projects whose maps changed (usually one or two)."""
-        accel = job.accelerator
-        parts: dict[str, dict[int, int]] = {}
-        for giver in _givers(cycle, accel):
-            if giver.project != job.project:
-                parts[giver.project] = self._released(cycle, accel, giver)
-        memo = cycle.snap.policy_memo
-        which = ("fair.released_by_others", accel, job.project)
-        found = memo.get(which)
-        if found is None:
-            found = memo[which] = ({}, {})
-        before: dict[str, dict[int, int]] = found[0]
-        total: dict[int, int] = found[1]
-        for project, amounts in before.items():
-            if parts.get(project) is not amounts:
-                _add_amounts(total, amounts, -1)
-        for project, amounts in parts.items():
-            if before.get(project) is not amounts:
-                _add_amounts(total, amounts, 1)
-        memo[which] = (parts, total)
-        return total
 
     def _given(self, cycle: Cycle, giver: _Giver) -> list[Running]:
         """The jobs a project would give up, none taking it below its guarantee."""
@@ -456,15 +436,6 @@ def _givers(cycle: Cycle, accel: str) -> list[_Giver]:
     return found
 
 
-def _add_amounts(total: dict[int, int], amounts: dict[int, int], sign: int) -> None:
-    for i, amount in amounts.items():
-        left = total.get(i, 0) + sign * amount
-        if left:
-            total[i] = left
-        else:
-            del total[i]
-
-
 def _ratio(held: float, guarantee: float) -> float:
     return held / guarantee if guarantee > 0 else INF
 
@@ -518,6 +489,7 @@ class _Answers:
         "act",
         "reclaiming",
         "outranking",
+        "any_fit",
     )
 
     def __init__(self, fair: Fair, cycle: Cycle):
@@ -540,6 +512,7 @@ class _Answers:
             self.new_pass()
 
     def _capacity_changed(self) -> None:
+        self.any_fit = self.cycle.may_fit_any()  # else no project's jobs may fit either
         self.fits: dict[str, bool] = {}
         self.heads: dict[tuple[str, str, int], tuple[bool, float]] = {}
         self.within: dict[tuple, bool] = {}
@@ -576,6 +549,8 @@ class _Answers:
     # Each answer below is memoised in its own table (inline: these run per popped job).
 
     def may_fit(self, project: str) -> bool:
+        if not self.any_fit:
+            return False
         found = self.fits.get(project)
         if found is None:
             found = self.fits[project] = self.cycle.may_fit_project(project)
