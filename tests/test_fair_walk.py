@@ -36,7 +36,7 @@ class Plain(Fair):
     def _plain_pass(self, cycle: Cycle, seen: set[str], within: bool):
         queues = {}
         for project, users in cycle.snap.pending.by_user.items():
-            if within and not self._has_room(cycle, project):
+            if within and not self._plain_has_room(cycle, project):
                 continue
             if (not within or cycle.reserver is not None) and not self._progress(cycle, project):
                 continue
@@ -66,14 +66,14 @@ class Plain(Fair):
         return (
             cycle.may_fit_project(project)
             or self._may_reclaim(cycle, project)
-            or self._may_outrank(cycle, project)
+            or self._plain_outranks(cycle, project)
         )
 
-    def _has_room(self, cycle: Cycle, project: str) -> bool:
+    def _plain_has_room(self, cycle: Cycle, project: str) -> bool:
         shapes = cycle.snap.pending.demand.get(project, ())
         return any(cycle.room_within(project, a, p * w) for a, p, w in shapes)
 
-    def _may_outrank(self, cycle: Cycle, project: str) -> bool:
+    def _plain_outranks(self, cycle: Cycle, project: str) -> bool:
         running = cycle.snap.running_priorities.get(project)
         users = cycle.snap.pending.by_user[project]
         return bool(running) and max(jobs[0].priority for jobs in users.values()) > min(running)

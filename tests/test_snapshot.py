@@ -119,15 +119,16 @@ def test_lazy_indexes_match_a_rebuild_after_random_changes():
 
 
 def test_counts_match_a_recount_after_every_change():
-    """The plain-dict counts (usage, pending demand, priorities...) and the global priority
-    counts behind `outrank_possible`, checked against a recount after every change: built from
-    the start in one snapshot, first asked for mid-way in the other."""
+    """The plain-dict counts (usage, pending demand, priorities...), the global priority
+    counts behind `outrank_possible` and the projects with room within their guarantee,
+    checked against a recount after every change: built from the start in one snapshot,
+    first asked for mid-way in the other."""
     rng = random.Random(11)
     nodes = [Node(f"g{i}", "gpu", 8) for i in range(3)] + [Node("t0", "tpu", 4)]
     q = parse_quota(quota({"a": {"gpu": 1, "tpu": 1}, "b": {"gpu": 1}}))
     eager, lazy = Snapshot(nodes, q), Snapshot(nodes, q)
     _ = eager.preemptible_sizes, eager.running_priorities
-    outranks = set()
+    outranks, rooms = set(), set()
     n = 0
     for step in range(600):
         pending, running = list(eager.pending.jobs), list(eager.running)
@@ -166,16 +167,17 @@ def test_counts_match_a_recount_after_every_change():
         if step == 300:
             _ = lazy.preemptible_sizes
             _ = lazy.running_priority_counts  # (builds running_priorities too)
-        _check_counts(eager)
+        rooms.add(_check_counts(eager))
         if step >= 300:
             _check_counts(lazy)
         else:
             assert lazy.pending.priority_counts == eager.pending.priority_counts
         outranks.add(eager.outrank_possible())
     assert outranks == {True, False}  # both answers were checked
+    assert rooms == {True, False}
 
 
-def _check_counts(snap: Snapshot) -> None:
+def _check_counts(snap: Snapshot) -> bool:
     pending = list(snap.pending.jobs.values())
     runs = [r.job for r in snap.running.values()]
     victims = [job for job in runs if job.preemptible]
@@ -228,6 +230,19 @@ def _check_counts(snap: Snapshot) -> None:
     assert snap.outrank_possible() == expected
     if any(p.priority > v.priority for p in pending for v in victims if p.project == v.project):
         assert snap.outrank_possible()
+    # projects_with_room: a project's smallest pending job of some type fits in its guarantee.
+    rooms = set()
+    for j in pending:
+        least = min(
+            k.demand for k in pending if (k.project, k.accelerator) == (j.project, j.accelerator)
+        )
+        if (
+            snap.held(j.project, j.accelerator) + least
+            <= snap.guarantee_of(j.project, j.accelerator) + 1e-9
+        ):
+            rooms.add(j.project)
+    assert snap.projects_with_room() == rooms
+    return bool(rooms)
 
 
 def _check_summary(snap: Snapshot, project: str | None) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 from sortedcontainers import SortedList
 
 from corral.core.model import Decision, Job, Preempt, Reason, Running, Start
-from corral.core.snapshot import Snapshot
+from corral.core.snapshot import Snapshot, within
 
 
 @dataclass(slots=True, init=False)  # its own __init__: compiled (see model.py)
@@ -413,12 +413,6 @@ class Cycle:
         self.reservation = reservation
         if self._after is not None:
             self._after.reserve(reservation)
-
-
-def within(held: float, amount: float, guarantee: float) -> bool:
-    """Would `amount` more than `held` stay within `guarantee`? (Guarantees are fractions
-    of the pool: a little slack keeps a sum of shares from rounding below a whole job.)"""
-    return held + amount <= guarantee + 1e-9
 
 
 class SlotCounter:

@@ -546,6 +546,12 @@ def _add_size(sizes: dict[str, dict[str, dict[int, int]]], run: Running) -> None
     counts[job.demand] = counts.get(job.demand, 0) + 1
 
 
+def within(held: float, amount: float, guarantee: float) -> bool:
+    """Would `amount` more than `held` stay within `guarantee`? (Guarantees are fractions
+    of the pool: a little slack keeps a sum of shares from rounding below a whole job.)"""
+    return held + amount <= guarantee + 1e-9
+
+
 def shape_of(job: Job) -> tuple[str, int, int]:
     return job.shape
 
@@ -634,6 +640,10 @@ class Snapshot:
         # Answers a policy carries from cycle to cycle, each checked against what it read
         # before it is used again (see Fair._released), by the policy's own keys.
         self.policy_memo: dict[object, Any] = {}
+        # Projects with a pending job that fits within their guarantee (`projects_with_room`),
+        # brought up to date for the projects changed since it was last asked.
+        self._rooms: set[str] = set()
+        self._rooms_touched: set[str] = set()
 
     # -- quota -------------------------------------------------------------------------------
 
@@ -656,6 +666,7 @@ class Snapshot:
         self.quota = quota
         self.capacity = self._capacity()
         self.guarantee = self._guarantees()
+        self._rooms_touched.update(self.pending.demand)
 
     def guarantee_of(self, project: str, accelerator: str) -> float:
         shares = self.guarantee.get(project)  # (typed lookups: fast once compiled)
@@ -673,12 +684,15 @@ class Snapshot:
         if job.id in self.running:
             raise ValueError(f"job {job.id} is already running")
         self.pending.add(job)
+        self._rooms_touched.add(job.project)
         if (job.accelerator, job.per_worker, False) not in self.slots:
             self._count_slots(job.accelerator, job.per_worker)
 
     def withdraw(self, job_id: str) -> Job:
         """Take a job out of the queue (cancelled, or about to start)."""
-        return self.pending.remove(job_id)
+        job = self.pending.remove(job_id)
+        self._rooms_touched.add(job.project)
+        return job
 
     def start(self, job_id: str, nodes: Iterable[str], now: float) -> Running:
         """Run a pending job on the named nodes (one per worker). Checks before it changes
@@ -690,6 +704,7 @@ class Snapshot:
             if free[i] < per:
                 raise ValueError(f"node {self.cluster.nodes[i].name} lacks {per} free")
         self.pending.remove(job_id)
+        self._rooms_touched.add(job.project)
         for i in where:
             self._change_free(i, -per)
             self.node_jobs[i] += 1
@@ -749,6 +764,7 @@ class Snapshot:
         held[job.accelerator] -= job.demand
         if not held[job.accelerator]:
             del held[job.accelerator]
+        self._rooms_touched.add(job.project)
         return run
 
     @property
@@ -850,6 +866,22 @@ class Snapshot:
         self.slots[(accelerator, per_worker, False)] = sum(map(mul, hist, weights))
 
     # -- reads -------------------------------------------------------------------------------
+
+    def projects_with_room(self) -> set[str]:
+        """Projects with a pending job that would keep them within their guarantee of its
+        type (their smallest job of each type is enough to ask about). Read it, do not change
+        it: it is kept up to date as jobs come, start and stop, one project at a time."""
+        rooms, pending = self._rooms, self.pending
+        for project in self._rooms_touched:
+            least = pending.summary(project).least_demand if project in pending.demand else {}
+            for accel, need in least.items():
+                if within(self.held(project, accel), need, self.guarantee_of(project, accel)):
+                    rooms.add(project)
+                    break
+            else:
+                rooms.discard(project)
+        self._rooms_touched.clear()
+        return rooms
 
     def held(self, project: str, accelerator: str) -> int:
         held = self.usage.get(project)

@@ -13,13 +13,13 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from itertools import takewhile
 from typing import ClassVar
 
 from mypy_extensions import mypyc_attr
 
-from corral.core.cycle import Cycle, within
+from corral.core.cycle import Cycle
 from corral.core.model import Job, Running
 from corral.core.policy import Policy, nothing_fits
 from corral.core.preempt import (
@@ -61,10 +61,10 @@ class Fair(Policy):
         # _Answers), and a project whose next key is still the smallest goes on at once.
         queues: dict[str, _UserQueue | _ProjectQueue] = {}
         heap = []
-        for project, users in cycle.snap.pending.by_user.items():
-            if self._worth_a_look(cycle, project, within, answers):
-                queue = queues[project] = self._queue_of(cycle, project, users)
-                heap.append(answers.key(project, queue.peek()))  # type: ignore[arg-type]
+        by_user = cycle.snap.pending.by_user
+        for project in self._candidates(cycle, within, answers):  # (the heap sets the order)
+            queue = queues[project] = self._queue_of(cycle, project, by_user[project])
+            heap.append(answers.key(project, queue.peek()))  # type: ignore[arg-type]
         heapq.heapify(heap)
         top = heapq.heappop(heap) if heap else None
         passed = 0  # jobs of the top project passed over in a row
@@ -176,20 +176,16 @@ class Fair(Policy):
             and (job.project, shape, job.priority) not in scratch.get("fair.outrank_failed", ())
         )
 
-    def _worth_a_look(self, cycle: Cycle, project: str, within: bool, answers: _Answers) -> bool:
-        """May the project's jobs do anything in this pass? (What it may do only shrinks as
-        the pass goes on, so a project left out now would be skipped later anyway.)"""
-        if not within:
-            return answers.may_progress(project)
-        if not self._has_room(cycle, project):
-            return False
-        return cycle.reserver is None or answers.may_progress(project)
-
-    def _has_room(self, cycle: Cycle, project: str) -> bool:
-        """Does some pending job of the project fit within its guarantee? (Its smallest job
-        of each type is enough to ask about.)"""
-        least = cycle.snap.pending.summary(project).least_demand
-        return any(cycle.room_within(project, accel, need) for accel, need in least.items())
+    def _candidates(self, cycle: Cycle, within: bool, answers: _Answers) -> Iterable[str]:
+        """The projects whose jobs may do anything in this pass. (What they may do only shrinks
+        as the pass goes on, so a project left out now would be skipped later anyway.) First
+        pass: those with room within their guarantee (no reserver is chosen yet); second:
+        those whose jobs may start or outrank."""
+        if within:
+            return cycle.snap.projects_with_room()
+        if not answers.any_fit and not answers.outranking:
+            return ()
+        return [p for p in cycle.snap.pending.by_user if answers.may_progress(p)]
 
     def _key_head(self, cycle: Cycle, project: str, accel: str, demand: int) -> tuple[bool, float]:
         """The part of a project's key that its head job's type and demand set: rule 3."""
@@ -231,13 +227,10 @@ class Fair(Policy):
         # of its own project.
         if self.min_runtime > 0 or not nothing_fits(snap):
             return False
-        pending, outrank = snap.pending, snap.outrank_possible()
-        for project in pending.demand:
-            for accel, need in pending.summary(project).least_demand.items():
-                if within(snap.held(project, accel), need, snap.guarantee_of(project, accel)):
-                    return False
-            if outrank and self._may_outrank(snap, project):
-                return False
+        if snap.projects_with_room():
+            return False
+        if snap.outrank_possible():
+            return not any(self._may_outrank(snap, project) for project in snap.pending.demand)
         return True
 
     def _may_outrank(self, snap: Snapshot, project: str) -> bool:
