@@ -299,3 +299,15 @@ def test_sorted_queue_reads_like_a_sorted_list_as_items_come_and_go():
             ]
     with pytest.raises(ValueError):
         queue.remove((9, 9), "absent")
+
+
+def test_projects_with_room_follow_a_quota_change():
+    """A new quota may give a project room (or take it away) with no job changing."""
+    snap = _snapshot(n_nodes=1)  # a and b share 8 gpus: 4 each
+    snap.submit(_job("a1", "a", per=4))
+    snap.submit(_job("b1", "b", per=4))
+    snap.submit(_job("b2", "b", per=2))
+    snap.start("b1", ["n0"], 0.0)
+    assert snap.projects_with_room() == {"a"}  # b holds its 4: its next 2 are beyond
+    snap.set_quota(parse_quota(quota({"a": {"gpu": 1}, "b": {"gpu": 7}})))
+    assert snap.projects_with_room() == {"b"}  # a's 1 cannot hold 4; b's 7 can hold 6

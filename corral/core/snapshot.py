@@ -640,10 +640,10 @@ class Snapshot:
         # Answers a policy carries from cycle to cycle, each checked against what it read
         # before it is used again (see Fair._released), by the policy's own keys.
         self.policy_memo: dict[object, Any] = {}
-        # Projects with a pending job that fits within their guarantee (`projects_with_room`),
-        # brought up to date for the projects changed since it was last asked.
+        # Per reader of `touched_projects`: the projects whose jobs or usage changed since.
+        self._touched: dict[str, set[str]] = {}
+        # Projects with a pending job that fits within their guarantee (`projects_with_room`).
         self._rooms: set[str] = set()
-        self._rooms_touched: set[str] = set()
 
     # -- quota -------------------------------------------------------------------------------
 
@@ -666,7 +666,7 @@ class Snapshot:
         self.quota = quota
         self.capacity = self._capacity()
         self.guarantee = self._guarantees()
-        self._rooms_touched.update(self.pending.demand)
+        self._touched.clear()  # every reader starts over
 
     def guarantee_of(self, project: str, accelerator: str) -> float:
         shares = self.guarantee.get(project)  # (typed lookups: fast once compiled)
@@ -684,14 +684,14 @@ class Snapshot:
         if job.id in self.running:
             raise ValueError(f"job {job.id} is already running")
         self.pending.add(job)
-        self._rooms_touched.add(job.project)
+        self._touch(job.project)
         if (job.accelerator, job.per_worker, False) not in self.slots:
             self._count_slots(job.accelerator, job.per_worker)
 
     def withdraw(self, job_id: str) -> Job:
         """Take a job out of the queue (cancelled, or about to start)."""
         job = self.pending.remove(job_id)
-        self._rooms_touched.add(job.project)
+        self._touch(job.project)
         return job
 
     def start(self, job_id: str, nodes: Iterable[str], now: float) -> Running:
@@ -704,7 +704,7 @@ class Snapshot:
             if free[i] < per:
                 raise ValueError(f"node {self.cluster.nodes[i].name} lacks {per} free")
         self.pending.remove(job_id)
-        self._rooms_touched.add(job.project)
+        self._touch(job.project)
         for i in where:
             self._change_free(i, -per)
             self.node_jobs[i] += 1
@@ -764,7 +764,7 @@ class Snapshot:
         held[job.accelerator] -= job.demand
         if not held[job.accelerator]:
             del held[job.accelerator]
-        self._rooms_touched.add(job.project)
+        self._touch(job.project)
         return run
 
     @property
@@ -867,12 +867,28 @@ class Snapshot:
 
     # -- reads -------------------------------------------------------------------------------
 
+    def _touch(self, project: str) -> None:
+        for touched in self._touched.values():
+            touched.add(project)
+
+    def touched_projects(self, reader: str) -> set[str] | None:
+        """The projects whose pending jobs, running jobs or usage changed since `reader` last
+        asked; None the first time (and after a quota change): everything may have. Lets an
+        index kept across cycles bring only those projects up to date."""
+        touched = self._touched.get(reader)
+        self._touched[reader] = set()
+        return touched
+
     def projects_with_room(self) -> set[str]:
         """Projects with a pending job that would keep them within their guarantee of its
         type (their smallest job of each type is enough to ask about). Read it, do not change
         it: it is kept up to date as jobs come, start and stop, one project at a time."""
         rooms, pending = self._rooms, self.pending
-        for project in self._rooms_touched:
+        touched = self.touched_projects("rooms")
+        if touched is None:
+            rooms.clear()
+            touched = set(pending.demand)
+        for project in touched:
             least = pending.summary(project).least_demand if project in pending.demand else {}
             for accel, need in least.items():
                 if within(self.held(project, accel), need, self.guarantee_of(project, accel)):
@@ -880,7 +896,6 @@ class Snapshot:
                     break
             else:
                 rooms.discard(project)
-        self._rooms_touched.clear()
         return rooms
 
     def held(self, project: str, accelerator: str) -> int:

@@ -416,16 +416,52 @@ def _givers(cycle: Cycle, accel: str) -> list[_Giver]:
     if found is None:
         found = by_type[accel] = []
         snap = cycle.snap
-        sizes = snap.preemptible_sizes.get(accel, {})
+        # While what projects hold is the snapshot's (the cycle has not written its own), each
+        # project's answer is kept from cycle to cycle until its jobs change.
+        kept = _kept_givers(snap, accel) if cycle.usage is snap.usage else None
         for project, runs in snap.preemptible.get(accel, {}).items():
-            held, guarantee = cycle.held(project, accel), snap.guarantee_of(project, accel)
-            if held <= guarantee:
-                continue
-            counts = sizes.get(project)
-            if counts:
-                smallest = min(counts)
-                if smallest <= held - guarantee + 1e-9:
-                    found.append(_Giver(project, float(held), guarantee, smallest, runs))
+            if kept is None:
+                giver = _giver(snap, accel, project, cycle.held(project, accel), runs)
+            elif project in kept:
+                giver = kept[project]
+            else:
+                giver = kept[project] = _giver(
+                    snap, accel, project, snap.held(project, accel), runs
+                )
+            if giver is not None:
+                found.append(giver)
+    return found
+
+
+def _giver(snap: Snapshot, accel: str, project: str, held: int, runs: SortedQueue) -> _Giver | None:
+    """The project as a giver of the type, if it is above its guarantee with a preemptible
+    job small enough to lose."""
+    guarantee = snap.guarantee_of(project, accel)
+    if held <= guarantee:
+        return None
+    counts = snap.preemptible_sizes.get(accel, {}).get(project)
+    if not counts:
+        return None
+    smallest = min(counts)
+    if smallest > held - guarantee + 1e-9:
+        return None
+    return _Giver(project, float(held), guarantee, smallest, runs)
+
+
+def _kept_givers(snap: Snapshot, accel: str) -> dict[str, _Giver | None]:
+    """project -> `_giver` at the snapshot's state, for the projects asked about since their
+    jobs last changed (see Snapshot.touched_projects)."""
+    memo: dict[str, dict[str, _Giver | None]] | None = snap.policy_memo.get("fair.givers")
+    touched = snap.touched_projects("fair.givers")
+    if memo is None or touched is None:
+        memo = snap.policy_memo["fair.givers"] = {}
+    else:
+        for kept in memo.values():
+            for project in touched:
+                kept.pop(project, None)
+    found = memo.get(accel)
+    if found is None:
+        found = memo[accel] = {}
     return found
 
 
