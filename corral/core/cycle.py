@@ -286,10 +286,8 @@ class Cycle:
 
     def may_fit_any(self) -> bool:
         """Could any pending job fit? (Held capacity counts as free: conservative.)"""
-        for (
-            accelerator,
-            per_worker,
-        ), workers in self.snap.pending.summary_all().fewest_workers.items():
+        fewest = self.snap.pending.summary_all().fewest_workers
+        for (accelerator, per_worker), workers in fewest.items():
             if self.may_fit_shape(accelerator, per_worker, workers, False):
                 return True
         return False
