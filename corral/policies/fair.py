@@ -205,19 +205,17 @@ class Fair(Policy):
         if not cycle.scratch.get("fair.reclaim"):
             return False
         failed = cycle.scratch.get("fair.reclaim_failed", ())
-        others: dict[str, bool] = {}  # accelerator -> has another project to give some
-        for shape in cycle.snap.pending.demand.get(project, ()):
-            accel, per_worker, workers = shape
-            if (project, shape) in failed:
+        pending = cycle.snap.pending
+        for accel, least in pending.summary(project).least_demand.items():
+            # Not a type without room for even its smallest job, or with no project to give
+            # (the project itself, within its guarantee there, is none).
+            if not cycle.room_within(project, accel, least) or not _givers(cycle, accel):
                 continue
-            if not cycle.room_within(project, accel, per_worker * workers):
-                continue
-            found = others.get(accel)
-            if found is None:
-                givers = _givers(cycle, accel)
-                found = others[accel] = any(giver.project != project for giver in givers)
-            if found:
-                return True
+            for shape in pending.demand[project]:
+                if shape[0] != accel or (project, shape) in failed:
+                    continue
+                if cycle.room_within(project, accel, shape[1] * shape[2]):
+                    return True
         return False
 
     def idle(self, snap: Snapshot) -> bool:
@@ -361,19 +359,23 @@ class Fair(Policy):
     def _released(self, cycle: Cycle, accel: str, giver: _Giver) -> dict[int, int]:
         """Per node, the accelerators `_given` frees (every job eligible), kept on the
         snapshot while the project's preemptible jobs and what it holds stay the same."""
+        if giver.released is not None:
+            return giver.released
         memo = cycle.snap.policy_memo
         which = ("fair.released", accel, giver.project)
         found = memo.get(which)
         runs = giver.runs
         read = (runs.changes, giver.held, giver.guarantee)
         if found is not None and found[0] is runs and found[1] == read:
-            return found[2]
-        amounts: dict[int, int] = {}
-        for run in self._given(cycle, giver):
-            per = run.job.per_worker
-            for i in run.nodes:
-                amounts[i] = amounts.get(i, 0) + per
-        memo[which] = (runs, read, amounts)
+            amounts: dict[int, int] = found[2]
+        else:
+            amounts = {}
+            for run in self._given(cycle, giver):
+                per = run.job.per_worker
+                for i in run.nodes:
+                    amounts[i] = amounts.get(i, 0) + per
+            memo[which] = (runs, read, amounts)
+        giver.released = amounts
         return amounts
 
     def _outranked(self, cycle: Cycle, job: Job) -> list[Running]:
@@ -395,13 +397,16 @@ class Fair(Policy):
 class _Giver:
     """A project above its guarantee of a type with a preemptible job small enough to lose."""
 
-    __slots__ = ("project", "held", "guarantee", "smallest", "runs")
+    __slots__ = ("project", "held", "guarantee", "smallest", "runs", "released")
 
     def __init__(
         self, project: str, held: float, guarantee: float, smallest: int, runs: SortedQueue
     ):
         self.project, self.held, self.guarantee = project, held, guarantee
         self.smallest, self.runs = smallest, runs
+        # Fair._released, once asked: the same for as long as this answer is (its fields
+        # and jobs are fixed while it is kept).
+        self.released: dict[int, int] | None = None
 
 
 def _givers(cycle: Cycle, accel: str) -> list[_Giver]:
