@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import heapq
 from abc import abstractmethod
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from operator import itemgetter
 from typing import ClassVar
@@ -154,7 +153,7 @@ class RankPolicy(Policy):
         project with a limit on its type, or a non-preemptible one?"""
         snap = cycle.snap
         for project, limits in snap.quota.limits.items():
-            if shape[0] in limits and snap.pending.demand.get(project, Counter()).get(shape):
+            if shape[0] in limits and snap.pending.demand.get(project, {}).get(shape):
                 return True
         return shape in snap.pending.fixed
 
