@@ -94,7 +94,9 @@ class Policy:
     def idle(self, snap: Snapshot) -> bool:
         """Would a cycle on this state surely decide nothing: start no job, preempt none and
         ask for no wake-up? A cheap sufficient condition (False: cannot tell); a driver may
-        skip such a cycle. A policy that never preempts knows it when no pending job fits."""
+        skip such a cycle. A policy that never preempts knows it when no pending job fits.
+        A subclass that may start or preempt where its parent would not must override it
+        (returning False is always safe)."""
         return not self.preemptive and self.wake_at_is_default() and nothing_fits(snap)
 
     def wake_at_is_default(self) -> bool:
