@@ -271,6 +271,34 @@ def test_launch_is_idempotent_and_validated(ex: LocalExecutor, tmp_path: Path) -
         ex.launch(bad)
 
 
+def test_launch_cut_short_before_its_supervisor_started_is_done_again(
+    state: Path, tmp_path: Path
+) -> None:
+    # The control plane died after making the attempt's directory, before any supervisor
+    # recorded itself; the restarted one launches the attempt again, and it runs once.
+    launch = make_launch("cut", f"echo $RANK >> {tmp_path}/ran", workers=2)
+    (state / "runs" / "cut" / "0").mkdir(parents=True)
+    restarted = LocalExecutor(state)
+    restarted.launch(launch)
+    result = wait_exit(restarted, "cut")
+    assert (result.outcome, result.worker_codes) == ("succeeded", [0, 0])
+    assert sorted((tmp_path / "ran").read_text().split()) == ["0", "1"]
+
+
+def test_a_second_supervisor_of_an_attempt_leaves_it_alone(
+    ex: LocalExecutor, state: Path, tmp_path: Path
+) -> None:
+    ex.launch(make_launch("one", f"echo $RANK >> {tmp_path}/ran; sleep 0.5", workers=2))
+    run = state / "runs" / "one" / "0"
+    wait_for(lambda: (run / "supervisor.claim").exists())
+    second = subprocess.run(
+        [sys.executable, "-m", "corral.executors.supervisor", str(run)], timeout=30
+    )
+    assert second.returncode == 0
+    assert wait_exit(ex, "one").outcome == "succeeded"
+    assert sorted((tmp_path / "ran").read_text().split()) == ["0", "1"]
+
+
 def test_terminate_right_after_launch(ex: LocalExecutor) -> None:
     # The supervisor may not even have its SIGTERM handler yet; the request must still hold.
     ex.launch(make_launch("early", "sleep 30", workers=2))

@@ -61,11 +61,18 @@ class LocalExecutor:
         launch.validate()
         run = self._run(launch.job_id, launch.attempt)
         run.path.parent.mkdir(parents=True, exist_ok=True)
+        relaunch = False
         try:
             run.path.mkdir()  # exclusive: the attempt is launched at most once
         except FileExistsError:
-            log.info("attempt %s/%d already launched", launch.job_id, launch.attempt)
-            return
+            if run.file("supervisor.pid").exists() or run.file("status.json").exists():
+                log.info("attempt %s/%d already launched", launch.job_id, launch.attempt)
+                return
+            # An earlier launch was cut short before any supervisor recorded itself (the
+            # control plane died in between): start one now. Should the first be starting
+            # after all, the two race for the attempt's claim and the loser leaves.
+            log.warning("attempt %s/%d: launch was cut short; launching", *run.key)
+            relaunch = True
         launch = with_ports(launch)
         write_json_atomic(run.file("launch.json"), launch.to_dict())
         run.log_dir.mkdir(parents=True, exist_ok=True)
@@ -80,8 +87,11 @@ class LocalExecutor:
         self._children[run.key] = proc
         self._pending.add(run.key)
         # The supervisor writes this too, but only once Python has started; writing it here
-        # means poll() never sees a pid-less attempt launched by this instance.
-        write_json_atomic(run.file("supervisor.pid"), ProcessRef.of(proc.pid).to_dict())
+        # means poll() never sees a pid-less attempt launched by this instance. Not on a
+        # relaunch: this one may lose the claim, and the winner writes its own (until then
+        # the fresh launch.json gives it the startup grace).
+        if not relaunch:
+            write_json_atomic(run.file("supervisor.pid"), ProcessRef.of(proc.pid).to_dict())
 
     def terminate(self, job_id: str, attempt: int, grace: float | None = None) -> None:
         run = self._run(job_id, attempt)

@@ -275,6 +275,16 @@ def become_subreaper() -> None:
         log.warning("cannot become a subreaper: %s", err)
 
 
+def claim(run: RunDir) -> bool:
+    """Take the attempt for this supervisor alone: a launch cut short by a crash is launched
+    again, and if its first supervisor was starting after all, only one of the two may run."""
+    try:
+        os.close(os.open(run.file("supervisor.claim"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
@@ -285,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO, format="%(asctime)s supervisor[%(process)d] %(levelname)s %(message)s"
     )
     run = RunDir.from_path(Path(args[0]))
+    if not claim(run):
+        log.info("another supervisor has this attempt; nothing to do")
+        return 0
     become_subreaper()
     write_json_atomic(run.file("supervisor.pid"), ProcessRef.of(os.getpid()).to_dict())
     if run.file("status.json").exists():
