@@ -7,7 +7,8 @@ leaves a store that `_recover` can finish from:
 
 - a start writes the job as running and its attempt as "launching" BEFORE executor.launch; on
   restart an attempt still "launching" that the executor does not know is launched again
-  (launch is idempotent per attempt, so a half-done launch is never done twice);
+  (launch is idempotent per attempt: a done launch is not repeated, a half-done one is
+  finished, and only one supervisor ever runs an attempt);
 - an exit is written, then acknowledged to the executor; an exit reported again for an attempt
   the store already closed is only acknowledged;
 - an attempt the store has as live that the executor neither runs nor has an exit for is
