@@ -40,7 +40,7 @@ class Policy:
 
     def snapshot(self, nodes: Sequence[Node], quota: Quota) -> Snapshot:
         """An empty snapshot whose indexes follow this policy's keys."""
-        revisits = type(self).revisit_at is not Policy.revisit_at  # else no job ever has one
+        revisits = not self.is_default("revisit_at")  # else no job ever has one
         return Snapshot(
             nodes,
             quota,
@@ -97,11 +97,15 @@ class Policy:
         skip such a cycle. A policy that never preempts knows it when no pending job fits.
         A subclass that may start or preempt where its parent would not must override it
         (returning False is always safe)."""
-        return not self.preemptive and self.wake_at_is_default() and nothing_fits(snap)
+        return not self.preemptive and self.is_default("wake_at") and nothing_fits(snap)
 
-    def wake_at_is_default(self) -> bool:
-        """Is `wake_at` this class's (not overridden by a subclass)?"""
-        return type(self).wake_at is Policy.wake_at
+    def queue_key_is_default(self) -> bool:
+        """Does the queue keep `default_queue_key` order? (A subclass may say no.)"""
+        return self.is_default("queue_key")
+
+    def is_default(self, method: str) -> bool:
+        """Is `method` this class's own, not overridden by a subclass?"""
+        return getattr(type(self), method) is getattr(Policy, method)
 
     def wake_at(self, cycle: Cycle) -> float | None:
         """A time at which the decision may change even if nothing happens: here, when a job

@@ -114,10 +114,6 @@ class Fair(Policy):
             shapes = pending.by_user_shape[(project, user)]
         return _UserQueue(jobs, shapes)
 
-    def queue_key_is_default(self) -> bool:
-        """Does the queue keep `default_queue_key` order (not overridden by a subclass)?"""
-        return type(self).queue_key is Policy.queue_key
-
     def _next_stop(
         self,
         answers: _Answers,
