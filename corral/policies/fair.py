@@ -29,7 +29,7 @@ from corral.core.preempt import (
     find_victims,
     free_room_counter,
 )
-from corral.core.snapshot import Shape, Snapshot, SortedQueue, shape_of
+from corral.core.snapshot import Shape, Snapshot, SortedQueue, shape_of, within
 
 INF = float("inf")
 JUMP_AFTER = 4  # jobs passed over in a row before a walk looks for the next one that matters
@@ -216,16 +216,24 @@ class Fair(Policy):
 
     def idle(self, snap: Snapshot) -> bool:
         # Nothing fits, nothing is stopping, no wake-up is due (no minimum run time), and no
-        # job may preempt: none is within its project's guarantee (so none reclaims: its
-        # smallest job of each type is enough to ask about) and none outranks a running job
-        # of its own project.
+        # job may preempt: no project's first job is within its guarantee (so none reclaims:
+        # the first pass ends at a project's first job beyond it) and none outranks a running
+        # job of its own project.
         if self.min_runtime > 0 or not nothing_fits(snap):
             return False
-        if snap.projects_with_room():
+        if any(self._head_within(snap, project) for project in snap.projects_with_room()):
             return False
         if snap.outrank_possible():
             return not any(self._may_outrank(snap, project) for project in snap.pending.demand)
         return True
+
+    def _head_within(self, snap: Snapshot, project: str) -> bool:
+        """Would the project's first job in its queue keep it within its guarantee? (Else its
+        first pass ends at once: no job of it may reclaim.)"""
+        users = snap.pending.by_user[project].values()
+        head = min((jobs[0] for jobs in users), key=_head_key)
+        held = snap.held(project, head.accelerator)
+        return within(held, head.demand, snap.guarantee_of(project, head.accelerator))
 
     def _may_outrank(self, snap: Snapshot, project: str) -> bool:
         """Does a user's first pending job outrank one of the project's running jobs? (Each
@@ -464,6 +472,11 @@ def _kept_givers(snap: Snapshot, accel: str) -> dict[str, _Giver | None]:
     if found is None:
         found = memo[accel] = {}
     return found
+
+
+def _head_key(job: Job) -> tuple:
+    """Which user's first job a project's queue takes first (see _ProjectQueue)."""
+    return (-job.priority, job.submit_time, job.name, job.id)
 
 
 def _ratio(held: float, guarantee: float) -> float:
