@@ -64,10 +64,16 @@ class Plain(Fair):
 
     def _progress(self, cycle: Cycle, project: str) -> bool:
         return (
-            cycle.may_fit_project(project)
+            self._plain_fits(cycle, project)
             or self._may_reclaim(cycle, project)
             or self._plain_outranks(cycle, project)
         )
+
+    def _plain_fits(self, cycle: Cycle, project: str) -> bool:
+        pending = cycle.snap.pending
+        long = cycle.reservation is not None and not pending.bounded.get(project)
+        shapes = pending.demand.get(project, ())
+        return any(cycle.may_fit_shape(a, p, w, long) for a, p, w in shapes)
 
     def _plain_has_room(self, cycle: Cycle, project: str) -> bool:
         shapes = cycle.snap.pending.demand.get(project, ())

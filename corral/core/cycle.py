@@ -272,17 +272,21 @@ class Cycle:
             found = self._blocks[key] = sum(map(mul, hist, weights))
         return found
 
-    def may_fit_project(self, project: str) -> bool:
-        """Could any pending job of the project fit in what is free now?"""
-        pending, cached = self.snap.pending, self._blocks
-        long = self.reservation is not None and not pending.bounded.get(project)
-        for (accelerator, per_worker), workers in pending.summary(project).fewest_workers.items():
-            found = cached.get((accelerator, per_worker, long))
-            if found is None:
-                found = self.blocks(accelerator, per_worker, long)
-            if found >= workers:
-                return True
-        return False
+    def projects_may_fit(self) -> set[str]:
+        """The projects with a pending job that could fit in what is free now (in what is not
+        held for the reservation, unless the project has jobs with a max_runtime), found per
+        worker size for all projects at once."""
+        pending, reserved = self.snap.pending, self.reservation is not None
+        found: set[str] = set()
+        for (accelerator, per_worker), needs in pending.fewest_by_size().items():
+            short = self.blocks(accelerator, per_worker, False)
+            long = self.blocks(accelerator, per_worker, True) if reserved else short
+            for workers, project in needs:
+                if workers > short:
+                    break  # (fewest first: the rest need more still)
+                if workers <= long or pending.bounded.get(project):
+                    found.add(project)
+        return found
 
     def may_fit_any(self) -> bool:
         """Could any pending job fit? (Held capacity counts as free: conservative.)"""

@@ -8,8 +8,8 @@ shape, not one per pending job: what lets the simulator replay a busy trace in s
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterator
+from heapq import heapify, heappop, heapreplace
 
 from corral.core.cycle import Cycle
 from corral.core.model import Job
@@ -30,7 +30,7 @@ def queue_then_backfill(cycle: Cycle) -> Iterator[Job]:
         rest = iter(jobs)
         job = next(rest)  # a shape's queue is never empty
         heap.append((keys[job.id], shape, job, rest))
-    heapq.heapify(heap)
+    heapify(heap)
     starts = cycle.decision.starts
     while heap:
         started = len(starts)
@@ -51,9 +51,9 @@ def _pop(heap: list[Entry], keys: dict[str, tuple]) -> Job:
     _, shape, job, rest = heap[0]
     following = next(rest, None)
     if following is None:
-        heapq.heappop(heap)
+        heappop(heap)
     else:
-        heapq.heapreplace(heap, (keys[following.id], shape, following, rest))
+        heapreplace(heap, (keys[following.id], shape, following, rest))
     return job
 
 
@@ -63,5 +63,5 @@ def _fitting(cycle: Cycle, heap: list[Entry]) -> list[Entry]:
     may_fit = cycle.may_fit_shape
     kept = [entry for entry in heap if may_fit(entry[1][0], entry[1][1], entry[1][2], long)]
     if len(kept) < len(heap):
-        heapq.heapify(kept)
+        heapify(kept)
     return kept

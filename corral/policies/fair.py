@@ -10,10 +10,10 @@ its own project. The first blocked job within its guarantee holds a reservation.
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from heapq import heapify, heappop, heappush, heappushpop
 from itertools import takewhile
 from typing import ClassVar
 
@@ -30,6 +30,7 @@ from corral.core.preempt import (
     free_room_counter,
 )
 from corral.core.snapshot import Shape, Snapshot, SortedQueue, shape_of, within
+from corral.formats.types import SchedulerConfig
 
 INF = float("inf")
 JUMP_AFTER = 4  # jobs passed over in a row before a walk looks for the next one that matters
@@ -40,6 +41,11 @@ PASS, STOP, ACT = 0, 1, 2  # what the walk does with a job (_Answers.verdict)
 class Fair(Policy):
     name: ClassVar[str] = "fair"
     preemptive: ClassVar[bool] = True
+
+    def __init__(self, config: SchedulerConfig | None = None):
+        super().__init__(config)
+        # Whether a walk may jump over a user's jobs (see _queue_of): asked once, not per queue.
+        self.jumps = self.queue_key_is_default()
 
     def order(self, cycle: Cycle) -> Iterator[Job]:
         # Each project's jobs that keep it within its guarantee go first (up to its first job
@@ -65,8 +71,8 @@ class Fair(Policy):
         for project in self._candidates(cycle, within, answers):  # (the heap sets the order)
             queue = queues[project] = self._queue_of(cycle, project, by_user[project])
             heap.append(answers.key(project, queue.peek()))  # type: ignore[arg-type]
-        heapq.heapify(heap)
-        top = heapq.heappop(heap) if heap else None
+        heapify(heap)
+        top = heappop(heap) if heap else None
         passed = 0  # jobs of the top project passed over in a row
         while top is not None:
             project = top[-1]
@@ -94,9 +100,9 @@ class Fair(Policy):
                     bound = heap[0] if heap else None
                     head = queue.jump_to(self._next_stop(answers, queue, project, bound, within))
             if head is not None:  # push and pop at once: no heap change if still the smallest
-                top = heapq.heappushpop(heap, answers.key(project, head))
+                top = heappushpop(heap, answers.key(project, head))
             else:
-                top = heapq.heappop(heap) if heap else None
+                top = heappop(heap) if heap else None
             if top is not None and top[-1] != project:
                 passed = 0
 
@@ -110,7 +116,7 @@ class Fair(Policy):
         # default queue key, each shape's jobs are in submit order: a walk may jump over them.
         ((user, jobs),) = users.items()
         shapes = None
-        if len(pending.priorities[project]) == 1 and self.queue_key_is_default():
+        if len(pending.priorities[project]) == 1 and self.jumps:
             shapes = pending.by_user_shape[(project, user)]
         return _UserQueue(jobs, shapes)
 
@@ -201,16 +207,19 @@ class Fair(Policy):
         if not cycle.scratch.get("fair.reclaim"):
             return False
         failed = cycle.scratch.get("fair.reclaim_failed", ())
-        pending = cycle.snap.pending
-        for accel, least in pending.summary(project).least_demand.items():
+        snap = cycle.snap
+        for accel, least in snap.pending.summary(project).least_demand.items():
             # Not a type without room for even its smallest job, or with no project to give
             # (the project itself, within its guarantee there, is none).
-            if not cycle.room_within(project, accel, least) or not _givers(cycle, accel):
+            held, guarantee = cycle.held(project, accel), snap.guarantee_of(project, accel)
+            if not within(held, least, guarantee) or not _givers(cycle, accel):
                 continue
-            for shape in pending.demand[project]:
-                if shape[0] != accel or (project, shape) in failed:
-                    continue
-                if cycle.room_within(project, accel, shape[1] * shape[2]):
+            for shape in snap.pending.demand[project]:
+                if (
+                    shape[0] == accel
+                    and within(held, shape[1] * shape[2], guarantee)
+                    and (project, shape) not in failed
+                ):
                     return True
         return False
 
@@ -500,13 +509,13 @@ class _ProjectQueue:
         job = next(self.iters[user], None)
         if job is not None:
             entry = (-job.priority, self.ahead[user], job.submit_time, job.name, job.id, user, job)
-            heapq.heappush(self.heap, entry)
+            heappush(self.heap, entry)
 
     def peek(self) -> Job | None:
         return self.heap[0][-1] if self.heap else None
 
     def pop(self) -> Job:
-        *_, user, job = heapq.heappop(self.heap)
+        *_, user, job = heappop(self.heap)
         self.ahead[user] += job.demand
         self._push(user)
         return job
@@ -523,7 +532,7 @@ class _Answers:
         "cycle",
         "mark",
         "outranks",
-        "fits",
+        "fitting",
         "heads",
         "within",
         "reserve",
@@ -556,7 +565,7 @@ class _Answers:
 
     def _capacity_changed(self) -> None:
         self.any_fit = self.cycle.may_fit_any()  # else no project's jobs may fit either
-        self.fits: dict[str, bool] = {}
+        self.fitting: set[str] | None = None  # Cycle.projects_may_fit, once asked
         self.heads: dict[tuple[str, str, int], tuple[bool, float]] = {}
         self.within: dict[tuple, bool] = {}
         self.reserve: dict[tuple, bool] = {}
@@ -594,10 +603,9 @@ class _Answers:
     def may_fit(self, project: str) -> bool:
         if not self.any_fit:
             return False
-        found = self.fits.get(project)
-        if found is None:
-            found = self.fits[project] = self.cycle.may_fit_project(project)
-        return found
+        if self.fitting is None:
+            self.fitting = self.cycle.projects_may_fit()
+        return project in self.fitting
 
     def may_reclaim(self, project: str) -> bool:
         found = self.reclaims.get(project)

@@ -9,9 +9,9 @@ the jobs worse than a pending job when it searches for victims, never every runn
 
 from __future__ import annotations
 
-import heapq
 from abc import abstractmethod
 from collections.abc import Callable, Iterable, Iterator
+from heapq import heapify, heappop, heappush
 from operator import itemgetter
 from typing import ClassVar
 
@@ -249,9 +249,9 @@ VictimKey = tuple[float, float, str, Running]  # (-rank, -started_at, job id, ru
 
 def pop_all(heap: list[VictimKey]) -> Iterator[Running]:
     """The runs of `heap` (in any order) by their keys, lazily: heapified once, then popped."""
-    heapq.heapify(heap)  # ids are unique: runs are never compared
+    heapify(heap)  # ids are unique: runs are never compared
     while heap:
-        yield heapq.heappop(heap)[3]
+        yield heappop(heap)[3]
 
 
 class _Walk:
@@ -290,7 +290,7 @@ class _Walk:
             self._hold_dead(dead)
         for key, job in moved.values():
             self.heap.append((key, shape_of(job), False, job))
-        heapq.heapify(self.heap)
+        heapify(self.heap)
 
     def _hold_dead(self, dead: Callable[[Shape, tuple], bool]) -> None:
         """Start the merge with the first job of each shape, holding out the dead shapes
@@ -313,7 +313,7 @@ class _Walk:
         """Put the shape's next queued job (moved ones skipped) on the heap."""
         for job in self.rest[shape]:
             if job.id not in self.moved:
-                heapq.heappush(self.heap, (self.keys[job.id], shape, True, job))
+                heappush(self.heap, (self.keys[job.id], shape, True, job))
                 return
 
     def drop(self, shape: Shape) -> None:
@@ -330,7 +330,7 @@ class _Walk:
         while heap:
             if asleep and len(self.cycle.releasing) != self.releasing:
                 self._wake(last)
-            key, shape, queued, job = heapq.heappop(heap)
+            key, shape, queued, job = heappop(heap)
             if shape in dead:
                 continue
             if shape in asleep:
@@ -349,7 +349,7 @@ class _Walk:
         came before it was dropped; the others join the merge, to be judged as jobs stop."""
         for entry in self.held:
             if entry[0] > last:
-                heapq.heappush(self.heap, entry)
+                heappush(self.heap, entry)
             else:
                 self.dead.add(entry[1])
         self.held.clear()
