@@ -51,6 +51,7 @@ class Cycle:
         "_hist",
         "_hist_long",
         "_blocks",
+        "_blocks_long",
         "_domains",
         "_pristine",
         "scratch",
@@ -86,7 +87,10 @@ class Cycle:
         self.decision = Decision()
         self._hist: dict[str, list[int]] = {}
         self._hist_long: dict[str, list[int]] = {}
-        self._blocks: dict[tuple[str, int, bool], int] = snap.slots.copy()
+        # accelerator -> per_worker -> free blocks (`blocks`), and the same for long jobs
+        # while a reservation holds capacity.
+        self._blocks: dict[str, dict[int, int]] = _copy_counts(snap.slots)
+        self._blocks_long: dict[str, dict[int, int]] = {}
         self._domains: dict[str, SortedList] = {}
         self._pristine = True  # no change yet: histograms are copied from the snapshot
         self.scratch: dict[str, Any] = {}  # per-cycle memo of policies
@@ -118,7 +122,8 @@ class Cycle:
         other.decision = Decision()  # a probe only places: nothing reads it
         other._hist = {a: list(h) for a, h in self._hist.items()}
         other._hist_long = {a: list(h) for a, h in self._hist_long.items()}
-        other._blocks = self._blocks.copy()
+        other._blocks = _copy_counts(self._blocks)
+        other._blocks_long = _copy_counts(self._blocks_long)
         other._domains = {a: index.copy() for a, index in self._domains.items()}
         other._pristine = self._pristine
         other.scratch = {}
@@ -256,20 +261,20 @@ class Cycle:
         return self.may_fit_shape(accelerator, per_worker, workers, long)
 
     def may_fit_shape(self, accelerator: str, per_worker: int, workers: int, long: bool) -> bool:
-        found = self._blocks.get((accelerator, per_worker, long and self.reservation is not None))
-        if found is None:
-            found = self.blocks(accelerator, per_worker, long)
-        return found >= workers
+        return self.blocks(accelerator, per_worker, long) >= workers
 
     def blocks(self, accelerator: str, per_worker: int, long: bool = True) -> int:
-        """Free per_worker-sized blocks of a type, over all nodes (cached until a change:
-        policies ask this for every project and shape, and most asks see no change)."""
-        key = (accelerator, per_worker, long and self.reservation is not None)
-        found = self._blocks.get(key)
+        """Free per_worker-sized blocks of a type, over all nodes (kept up to date as the
+        cycle goes on: policies ask this for every project and shape)."""
+        table = self._blocks_long if long and self.reservation is not None else self._blocks
+        counts = table.get(accelerator)
+        if counts is None:
+            counts = table[accelerator] = {}
+        found = counts.get(per_worker)
         if found is None:
             hist = self.histogram(accelerator, long)
             weights = self.snap.cluster.block_weights(accelerator, per_worker)
-            found = self._blocks[key] = sum(map(mul, hist, weights))
+            found = counts[per_worker] = sum(map(mul, hist, weights))
         return found
 
     def projects_may_fit(self) -> set[str]:
@@ -322,15 +327,15 @@ class Cycle:
         hist, hist_long = self._hist.get(accel), self._hist_long.get(accel)
         free = self.free[node]
         held = self.reservation.held.get(node, 0) if self.reservation is not None else 0
-        blocks = self._blocks
-        for key, count in blocks.items():  # keep the cached worker-slot counts exact
-            if key[0] == accel:
-                per = key[1]
-                if key[2]:  # long jobs: only what is not held
-                    count += max(0, free - amount - held) // per - max(0, free - held) // per
-                else:
-                    count += (free - amount) // per - free // per
-                blocks[key] = count
+        counts = self._blocks.get(accel)  # keep the worker-slot counts exact
+        if counts is not None:
+            for per, count in counts.items():
+                counts[per] = count + (free - amount) // per - free // per
+        counts = self._blocks_long.get(accel)
+        if counts is not None:  # long jobs: only what is not held counts
+            for per, count in counts.items():
+                beside = free - held
+                counts[per] = count + max(0, beside - amount) // per - max(0, beside) // per
         if hist is not None:
             hist[free] -= 1
             hist[free - amount] += 1
@@ -411,10 +416,14 @@ class Cycle:
         self.changes += 1
         if self.reservation is not None:  # else no count for long jobs was kept apart yet
             self._hist_long.clear()  # availability for long jobs changed
-            self._blocks = {key: n for key, n in self._blocks.items() if not key[2]}
+            self._blocks_long = {}
         self.reservation = reservation
         if self._after is not None:
             self._after.reserve(reservation)
+
+
+def _copy_counts(counts: dict[str, dict[int, int]]) -> dict[str, dict[int, int]]:
+    return {accelerator: dict(inner) for accelerator, inner in counts.items()}
 
 
 class SlotCounter:

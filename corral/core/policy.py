@@ -124,7 +124,8 @@ def nothing_fits(snap: Snapshot) -> bool:
         return False
     slots = snap.slots
     for (accelerator, per_worker), workers in snap.pending.summary_all().fewest_workers.items():
-        found = slots.get((accelerator, per_worker, False))
+        counts = slots.get(accelerator)
+        found = None if counts is None else counts.get(per_worker)
         if found is None or found >= workers:
             return False
     return True

@@ -629,9 +629,10 @@ class Snapshot:
             self.free_hist[accel] = [0] * (size + 1)
         for node in self.cluster.nodes:
             self.free_hist[node.accelerator][node.count] += 1
-        # (accelerator, per_worker, False) -> free worker slots of that size, for every size a
-        # pending job has asked for: a cycle starts with them instead of counting them again.
-        self.slots: dict[tuple[str, int, bool], int] = {}
+        # accelerator -> per_worker -> free worker slots of that size, for every size a pending
+        # job has asked for: a cycle starts with them instead of counting them again. (Nested,
+        # not keyed by tuples: a string's hash is kept, a tuple's is computed on every lookup.)
+        self.slots: dict[str, dict[int, int]] = {}
         self.terminating: dict[str, Running] = {}
         self.exclusive_domains: dict[str, str] = {}  # domain -> job id holding it alone
         self.running: dict[str, Running] = {}
@@ -704,7 +705,8 @@ class Snapshot:
             raise ValueError(f"job {job.id} is already running")
         self.pending.add(job)
         self._touch(job.project)
-        if (job.accelerator, job.per_worker, False) not in self.slots:
+        counts = self.slots.get(job.accelerator)
+        if counts is None or job.per_worker not in counts:
             self._count_slots(job.accelerator, job.per_worker)
 
     def withdraw(self, job_id: str) -> Job:
@@ -874,15 +876,18 @@ class Snapshot:
         hist[after] += 1
         if self.plan_memo is not None:
             self.plan_memo.touched.add(node)
-        slots = self.slots
-        for key, count in slots.items():
-            if key[0] == accel:
-                slots[key] = count + after // key[1] - before // key[1]
+        counts = self.slots.get(accel)
+        if counts is not None:
+            for per, count in counts.items():
+                counts[per] = count + after // per - before // per
 
     def _count_slots(self, accelerator: str, per_worker: int) -> None:
         weights = self.cluster.block_weights(accelerator, per_worker)
         hist = self.free_hist.get(accelerator, [0])
-        self.slots[(accelerator, per_worker, False)] = sum(map(mul, hist, weights))
+        counts = self.slots.get(accelerator)
+        if counts is None:
+            counts = self.slots[accelerator] = {}
+        counts[per_worker] = sum(map(mul, hist, weights))
 
     # -- reads -------------------------------------------------------------------------------
 
