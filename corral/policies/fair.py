@@ -33,7 +33,7 @@ from corral.core.snapshot import Shape, Snapshot, SortedQueue, shape_of, within
 from corral.formats.types import SchedulerConfig
 
 INF = float("inf")
-JUMP_AFTER = 4  # jobs passed over in a row before a walk looks for the next one that matters
+JUMP_AFTER = 1  # jobs passed over in a row before a walk looks for the next one that matters
 PASS, STOP, ACT = 0, 1, 2  # what the walk does with a job (_Answers.verdict)
 
 
