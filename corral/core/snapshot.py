@@ -7,7 +7,7 @@ a cycle costs what changed, not the size of the queue or of the job history.
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left, bisect_right, insort
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -308,6 +308,7 @@ class PendingQueue:
         "_summaries",
         "_summary_all",
         "_by_size",
+        "_resized",
         "bounded",
         "any_bounded",
         "priorities",
@@ -337,7 +338,8 @@ class PendingQueue:
         # project -> its shapes summed up (see `summary`), until a shape comes or goes.
         self._summaries: dict[str, ShapeSummary] = {}
         self._summary_all: ShapeSummary | None = None  # the same over all projects
-        self._by_size: dict[tuple[str, int], list[tuple[int, str]]] | None = None
+        self._by_size: dict[tuple[str, int], list[tuple[int, str]]] = {}
+        self._resized: set[str] = set()  # projects whose entries in _by_size are out of date
         self.bounded: dict[str, int] = {}  # project -> pending jobs with a max_runtime
         self.any_bounded = 0  # pending jobs with a max_runtime, over all projects
         self.priorities: dict[str, dict[int, int]] = {}  # project -> priority -> n
@@ -407,19 +409,25 @@ class PendingQueue:
     def fewest_by_size(self) -> dict[tuple[str, int], list[tuple[int, str]]]:
         """(accelerator, per_worker) -> (fewest workers, project) for each project with a
         pending job of that worker size, fewest first: which projects have a job that may fit
-        in so many free blocks, read without asking each project. Kept like `summary`."""
-        if self._by_size is None:
-            self._by_size = {}
-            for project in self.demand:
+        in so many free blocks, read without asking each project. Brought up to date for the
+        projects whose summary changed since the last read."""
+        by_size = self._by_size
+        for project in self._resized:
+            for size in list(by_size):
+                needs = [need for need in by_size[size] if need[1] != project]
+                if needs:
+                    by_size[size] = needs
+                else:
+                    del by_size[size]
+            if project in self.demand:
                 for size, workers in self.summary(project).fewest_workers.items():
-                    self._by_size.setdefault(size, []).append((workers, project))
-            for needs in self._by_size.values():
-                needs.sort()
-        return self._by_size
+                    insort(by_size.setdefault(size, []), (workers, project))
+        self._resized.clear()
+        return by_size
 
     def _forget_summary(self, project: str) -> None:
         self._summaries.pop(project, None)
-        self._by_size = None
+        self._resized.add(project)
 
     def add(self, job: Job) -> None:
         if job.id in self.jobs:
