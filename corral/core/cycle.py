@@ -333,8 +333,8 @@ class Cycle:
                 counts[per] = count + (free - amount) // per - free // per
         counts = self._blocks_long.get(accel)
         if counts is not None:  # long jobs: only what is not held counts
+            beside = free - held
             for per, count in counts.items():
-                beside = free - held
                 counts[per] = count + max(0, beside - amount) // per - max(0, beside) // per
         if hist is not None:
             hist[free] -= 1
