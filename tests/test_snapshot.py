@@ -120,9 +120,9 @@ def test_lazy_indexes_match_a_rebuild_after_random_changes():
 
 def test_counts_match_a_recount_after_every_change():
     """The plain-dict counts (usage, pending demand, priorities...), the global priority
-    counts behind `outrank_possible` and the projects with room within their guarantee,
-    checked against a recount after every change: built from the start in one snapshot,
-    first asked for mid-way in the other."""
+    counts behind `outrank_possible`, the projects with room within their guarantee and the
+    projects per worker size (`fewest_by_size`), checked against a recount after every
+    change: built from the start in one snapshot, first asked for mid-way in the other."""
     rng = random.Random(11)
     nodes = [Node(f"g{i}", "gpu", 8) for i in range(3)] + [Node("t0", "tpu", 4)]
     q = parse_quota(quota({"a": {"gpu": 1, "tpu": 1}, "b": {"gpu": 1}}))
