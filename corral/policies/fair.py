@@ -189,8 +189,9 @@ class Fair(Policy):
             return ()
         return [p for p in cycle.snap.pending.by_user if answers.may_progress(p)]
 
-    def _key_head(self, cycle: Cycle, project: str, accel: str, demand: int) -> tuple[bool, float]:
-        """The part of a project's key that its head job's type and demand set: rule 3."""
+    def _key_head(self, cycle: Cycle, project: str, accel: str, demand: int) -> tuple:
+        """The part of a project's key that its head job's type and demand set: rule 3.
+        (A plain tuple: its items go into heap keys as they are, not unboxed and boxed.)"""
         guaranteed = project in cycle.snap.guarantee
         usage = cycle.usage.get(project, {})
         if not guaranteed:  # leftovers only: share them by what each already holds
@@ -566,7 +567,7 @@ class _Answers:
     def _capacity_changed(self) -> None:
         self.any_fit = self.cycle.may_fit_any()  # else no project's jobs may fit either
         self.fitting: set[str] | None = None  # Cycle.projects_may_fit, once asked
-        self.heads: dict[tuple[str, str, int], tuple[bool, float]] = {}
+        self.heads: dict[tuple[str, str, int], tuple] = {}
         self.within: dict[tuple, bool] = {}
         self.reserve: dict[tuple, bool] = {}
         self.new_pass()
