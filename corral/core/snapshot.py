@@ -923,12 +923,18 @@ class Snapshot:
         for project in touched:
             least = pending.summary(project).least_demand if project in pending.demand else {}
             for accel, need in least.items():
-                if within(self.held(project, accel), need, self.guarantee_of(project, accel)):
+                if self.room_within(project, accel, need):
                     rooms.add(project)
                     break
             else:
                 rooms.discard(project)
         return rooms
+
+    def room_within(self, project: str, accelerator: str, amount: int) -> bool:
+        """Would `amount` more keep the project within its guarantee (see Cycle.room_within)?"""
+        return within(
+            self.held(project, accelerator), amount, self.guarantee_of(project, accelerator)
+        )
 
     def held(self, project: str, accelerator: str) -> int:
         held = self.usage.get(project)

@@ -242,8 +242,7 @@ class Fair(Policy):
         first pass ends at once: no job of it may reclaim.)"""
         users = snap.pending.by_user[project].values()
         head = min((jobs[0] for jobs in users), key=_head_key)
-        held = snap.held(project, head.accelerator)
-        return within(held, head.demand, snap.guarantee_of(project, head.accelerator))
+        return snap.room_within(project, head.accelerator, head.demand)
 
     def _may_outrank(self, snap: Snapshot, project: str) -> bool:
         """Does a user's first pending job outrank one of the project's running jobs? (Each
