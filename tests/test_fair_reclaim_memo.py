@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import random
 
-from simkit import job, load, quota, simulate
+from simkit import job, load, preempted, quota, simulate, start_of
 
 from corral.core.cycle import Cycle
 from corral.core.model import Job
 from corral.core.preempt import could_free_room
-from corral.policies.fair import Fair, _giver, _givers
+from corral.core.reserve import outlasts
+from corral.policies.fair import Fair, _giver, _givers, _unfreed
 
 
 class Checking(Fair):
@@ -21,6 +22,7 @@ class Checking(Fair):
         self.checks = 0
         self.kept = 0  # checks that read a memo made in an earlier cycle
         self.giver_checks = 0  # of those, with the givers kept across cycles
+        self.skipped: list[str] = []  # jobs whose reclaim a smaller one's failure ruled out
 
     def _may_free(self, cycle: Cycle, job: Job) -> bool:
         before = dict(cycle.snap.policy_memo)
@@ -48,6 +50,34 @@ class Checking(Fair):
         self.checks += 1
         self.kept += any(before.get(("fair.released", job.accelerator, g.project)) for g in givers)
         return got
+
+    def _reclaim(self, cycle: Cycle, job: Job):
+        self._check_unfreed(cycle, job, outlasts(cycle, job))
+        return super()._reclaim(cycle, job)
+
+    def _may_act(self, cycle: Cycle, job: Job) -> bool:
+        got = super()._may_act(cycle, job)
+        if not got and cycle.within_guarantee(job):
+            self._check_unfreed(cycle, job, False)  # (for a job of any length)
+        return got
+
+    def _may_reclaim(self, cycle: Cycle, project: str) -> bool:
+        got = super()._may_reclaim(cycle, project)
+        if not got and cycle.scratch.get("fair.reclaim"):
+            for job in cycle.snap.pending.jobs.values():
+                if job.project == project and cycle.within_guarantee(job):
+                    self._check_unfreed(cycle, job, False)
+        return got
+
+    def _check_unfreed(self, cycle: Cycle, job: Job, long: bool) -> None:
+        """Where fair's memo says a no bigger job of the size found no room, so must a fresh
+        search (with every job the other projects would give up)."""
+        if _unfreed(cycle).get((job.accelerator, job.per_worker, long), job.gang + 1) > job.gang:
+            return
+        givers = [g for g in _givers(cycle, job.accelerator) if g.project != job.project]
+        runs = [run for g in givers for run in self._given(cycle, g)]
+        assert not could_free_room(cycle, job, runs), f"{job.id} at {cycle.snap.now}"
+        self.skipped.append(job.id)  # (it may be counted more than once)
 
 
 def borrowers_and_whole_nodes(seed: int) -> dict:
@@ -82,3 +112,27 @@ def test_reclaim_room_checks_with_the_memo_agree_with_checks_made_afresh():
         preempted += sum(e["event"] == "preempt" for e in result.events)
     assert checks > 50 and kept > 10 and preempted > 0  # the memo is read, reclaims happen
     assert giver_checks > 10
+
+
+def test_a_size_no_reclaim_found_room_for_is_not_searched_again_in_the_cycle():
+    """On each node a borrows 7 GPUs and b, within its guarantee, holds the 8th: no node can be
+    freed whole. u, v and w, each within its guarantee, ask for a whole node in one cycle; once
+    one of them finds no room, the others' searches are skipped (Checking makes each afresh).
+    x asks for 2 GPUs, a size that does find room, and reclaims them."""
+    jobs = [job(f"a{i}", "a", 7, duration=5000) for i in range(4)]
+    jobs += [job(f"b{i}", "b", 1, submit=1, duration=5000, preemptible=False) for i in range(4)]
+    jobs += [job(f"{p}-big", p, 8, submit=10, duration=100) for p in "uvw"]
+    jobs.append(job("x-small", "x", 2, submit=10, duration=100))
+    shares = {"a": 1, "b": 2, "u": 4, "v": 4, "w": 4, "x": 1}  # 2 GPUs a share
+    scenario = {
+        "cluster": [{"name": "n{0..3}", "accelerator": "gpu", "count": 8}],
+        "quota": quota({p: {"gpu": n} for p, n in shares.items()}),
+        "jobs": jobs,
+    }
+    policy = Checking()
+    result = simulate(load(scenario), policy)
+    assert policy.skipped  # (and never where room could be found: asserted in Checking)
+    assert {job[0] for _, job in preempted(result)} == {"a"}
+    assert start_of(result, "x-small")[0] == 10
+    for p in "uvw":  # no whole node could be reclaimed: they wait for a's jobs to end
+        assert start_of(result, f"{p}-big")[0] >= 5000

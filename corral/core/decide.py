@@ -14,7 +14,7 @@ from corral.core.fit import place
 from corral.core.model import Decision, Job
 from corral.core.policy import Policy
 from corral.core.preempt import place_after_release
-from corral.core.reserve import is_short, plan_reservation
+from corral.core.reserve import outlasts, plan_reservation
 from corral.core.snapshot import Snapshot
 
 
@@ -87,13 +87,8 @@ def _consider(cycle: Cycle, policy: Policy, reserver: _Reserver, job: Job) -> No
     # cycle's final state, like the reasons of the jobs the policy did not need to examine.
 
 
-def _long(cycle: Cycle, job: Job) -> bool:
-    res = cycle.reservation
-    return res is not None and not is_short(job, res, cycle.snap.now)
-
-
 def _fit(cycle: Cycle, job: Job) -> tuple[int, ...] | None:
-    long = _long(cycle, job)
+    long = outlasts(cycle, job)
     if not cycle.may_fit(job, long) or not cycle.under_cap(job):
         return None
     return place(cycle, job, long)
@@ -113,7 +108,7 @@ def _arrival_may_act(cycle: Cycle, policy: Policy, reserver: _Reserver, job: Job
             or policy.may_preempt_for(cycle, job)
         )
     reserver.before_admitting(cycle)  # the reservation the next cycle would hold
-    return cycle.may_fit(job, _long(cycle, job)) or policy.may_preempt_for(cycle, job)
+    return cycle.may_fit(job, outlasts(cycle, job)) or policy.may_preempt_for(cycle, job)
 
 
 def _settled(cycle: Cycle, policy: Policy) -> bool:
@@ -126,7 +121,7 @@ def _settled(cycle: Cycle, policy: Policy) -> bool:
 
 def _blocked(cycle: Cycle, job: Job):
     res = cycle.reservation
-    long = _long(cycle, job)
+    long = outlasts(cycle, job)
     if long and res is not None and cycle.may_fit(job, long=False):  # but for the reservation
         return reasons.reserved(job, res.job)
     return reasons.blocked(cycle, job, long=long)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from corral.core.cycle import Cycle, SlotCounter
 from corral.core.fit import place
 from corral.core.model import Job, Running
-from corral.core.reserve import is_short
+from corral.core.reserve import outlasts
 
 
 def eligible(cycle: Cycle, run: Running, min_runtime: float) -> bool:
@@ -43,7 +43,7 @@ def find_victims(cycle: Cycle, job: Job, candidates: Iterable[Running]) -> Preem
     What jobs already stopping will release, and nobody was promised, counts as free.
     """
     probe = cycle.probe(released=True)
-    long = probe.reservation is not None and not is_short(job, probe.reservation, cycle.snap.now)
+    long = outlasts(probe, job)
     chosen: list[Running] = []
     nodes = None
     # Worker slots are counted on the side; the candidates are put on the probe (and a
@@ -81,9 +81,9 @@ def could_free_room(cycle: Cycle, job: Job, runs: Iterable[Running]) -> bool:
 def free_room_counter(cycle: Cycle, job: Job) -> SlotCounter:
     """Worker slots of the job's size once the stopping jobs are gone, beside capacity held
     for a reservation it outlasts: what `could_free_room` counts releases on."""
-    res = cycle.reservation
-    long = res is not None and not is_short(job, res, cycle.snap.now)
-    return SlotCounter(cycle.after_release() if cycle.releasing else cycle, job, long)
+    return SlotCounter(
+        cycle.after_release() if cycle.releasing else cycle, job, outlasts(cycle, job)
+    )
 
 
 def place_after_release(cycle: Cycle, job: Job) -> tuple[int, ...] | None:

@@ -162,6 +162,12 @@ def _held(cycle: Cycle, probe: Cycle, job: Job, nodes: tuple[int, ...]) -> dict[
     return held
 
 
+def outlasts(cycle: Cycle, job: Job) -> bool:
+    """Must the job keep off the capacity held for the cycle's reservation (`long`)?"""
+    res = cycle.reservation
+    return res is not None and not is_short(job, res, cycle.snap.now)
+
+
 def is_short(job: Job, reservation: Reservation, now: float) -> bool:
     """A job that will end before the reservation is due may use held capacity."""
     return (

@@ -29,6 +29,7 @@ from corral.core.preempt import (
     find_victims,
     free_room_counter,
 )
+from corral.core.reserve import outlasts
 from corral.core.snapshot import Shape, Snapshot, SortedQueue, shape_of, within
 from corral.formats.types import SchedulerConfig
 
@@ -166,7 +167,7 @@ class Fair(Policy):
         scratch, shape = cycle.scratch, shape_of(job)
         if (
             scratch.get("fair.reclaim")
-            and (job.project, shape) not in scratch.get("fair.reclaim_failed", ())
+            and not _reclaim_failed(cycle, job.project, shape)
             and cycle.within_guarantee(job)
         ):
             return True
@@ -207,7 +208,6 @@ class Fair(Policy):
         of a shape whose reclaim has not failed yet, with another project that has some to give?"""
         if not cycle.scratch.get("fair.reclaim"):
             return False
-        failed = cycle.scratch.get("fair.reclaim_failed", ())
         snap = cycle.snap
         for accel, least in snap.pending.summary(project).least_demand.items():
             # Not a type without room for even its smallest job, or with no project to give
@@ -219,7 +219,7 @@ class Fair(Policy):
                 if (
                     shape[0] == accel
                     and within(held, shape[1] * shape[2], guarantee)
-                    and (project, shape) not in failed
+                    and not _reclaim_failed(cycle, project, shape)
                 ):
                     return True
         return False
@@ -294,9 +294,16 @@ class Fair(Policy):
         return None
 
     def _reclaim(self, cycle: Cycle, job: Job) -> Preemption | None:
+        # What may be freed is the same for every project within its guarantee (none gives):
+        # a job of a size that could not be given room since the cycle last changed waits too.
+        size = (job.accelerator, job.per_worker, outlasts(cycle, job))
+        unfreed = _unfreed(cycle)
+        if unfreed.get(size, job.gang + 1) <= job.gang:
+            return None
         if self._reclaim_bound(cycle, job) < job.demand:
             return None
         if not self._may_free(cycle, job):
+            unfreed[size] = min(job.gang, unfreed.get(size, job.gang))
             return None
         found = find_victims(cycle, job, self._reclaimable(cycle, job))
         if found:
@@ -420,6 +427,26 @@ class _Giver:
         # Fair._released, once asked: the same for as long as this answer is (its fields
         # and jobs are fixed while it is kept).
         self.released: dict[int, int] | None = None
+
+
+def _unfreed(cycle: Cycle) -> dict[tuple[str, int, bool], int]:
+    """(accelerator, per_worker, long) -> the fewest workers that `_may_free` found no room
+    for, since the cycle last changed (then more workers of the size find none either)."""
+    scratch = cycle.scratch
+    memo = scratch.get("fair.unfreed")
+    if memo is None or memo[0] != cycle.changes:
+        memo = scratch["fair.unfreed"] = (cycle.changes, {})
+    found: dict[tuple[str, int, bool], int] = memo[1]
+    return found
+
+
+def _reclaim_failed(cycle: Cycle, project: str, shape: Shape) -> bool:
+    """Has a reclaim for a job of the project and shape failed in this cycle, or one for
+    no more workers of the size found no room (for jobs of any length) since it last changed?"""
+    if (project, shape) in cycle.scratch.get("fair.reclaim_failed", ()):
+        return True
+    accel, per_worker, workers = shape
+    return _unfreed(cycle).get((accel, per_worker, False), workers + 1) <= workers
 
 
 def _givers(cycle: Cycle, accel: str) -> list[_Giver]:
