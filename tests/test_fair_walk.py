@@ -18,13 +18,14 @@ from simkit import job, load, quota, simulate
 
 from corral.core.cycle import Cycle
 from corral.core.model import Job
+from corral.core.preempt import Preemption
 from corral.policies.fair import Fair, _Answers, _ProjectQueue
 
 
 class Plain(Fair):
     """Fair as the rules state it: every answer asked afresh and in full, every project
-    through the heap, every queue merged across users, every search that could free room
-    tried."""
+    through the heap, every queue merged across users, every job it reaches yielded (in a
+    project that may make progress), every search that could free room made."""
 
     def order(self, cycle: Cycle):
         seen: set[str] = set()
@@ -62,10 +63,18 @@ class Plain(Fair):
             if progress and head is not None:
                 heapq.heappush(heap, self._key(cycle, project, head))
 
+    def _may_act(self, cycle: Cycle, job: Job) -> bool:
+        return True
+
+    def _reclaim(self, cycle: Cycle, job: Job) -> Preemption | None:
+        if self._reclaim_bound(cycle, job) >= job.demand and self._may_free(cycle, job):
+            return self._take_back(cycle, job)
+        return None
+
     def _progress(self, cycle: Cycle, project: str) -> bool:
         return (
             self._plain_fits(cycle, project)
-            or self._may_reclaim(cycle, project)
+            or (cycle.scratch["fair.reclaim"] and self._plain_has_room(cycle, project))
             or self._plain_outranks(cycle, project)
         )
 

@@ -160,9 +160,10 @@ class Fair(Policy):
         return stop
 
     def _may_act(self, cycle: Cycle, job: Job) -> bool:
-        """Might the job start or preempt now? Cheap and conservative (reservations and
-        domains aside), so that a project's queue is walked past jobs that cannot."""
-        if cycle.releasing or cycle.may_fit(job, long=False):
+        """Might the job start or preempt now? Cheap and conservative (domains aside), so
+        that a project's queue is walked past jobs that cannot. (Answered alike for all the
+        jobs of a project, shape and priority: see _Answers.may_act.)"""
+        if cycle.releasing or self._may_fit(cycle, job):
             return True
         scratch, shape = cycle.scratch, shape_of(job)
         if (
@@ -177,6 +178,18 @@ class Fair(Policy):
             and bool(running)
             and job.priority > min(running)
             and (job.project, shape, job.priority) not in scratch.get("fair.outrank_failed", ())
+        )
+
+    def _may_fit(self, cycle: Cycle, job: Job) -> bool:
+        """Enough free blocks for the job; beside held capacity too once a reservation holds
+        some, unless the project has jobs that may end before it is due (as in
+        Cycle.projects_may_fit)."""
+        if not cycle.may_fit(job, long=False):
+            return False
+        return (
+            cycle.reservation is None
+            or bool(cycle.snap.pending.bounded.get(job.project))
+            or cycle.may_fit(job, long=True)
         )
 
     def _candidates(self, cycle: Cycle, within: bool, answers: _Answers) -> Iterable[str]:
@@ -295,16 +308,19 @@ class Fair(Policy):
 
     def _reclaim(self, cycle: Cycle, job: Job) -> Preemption | None:
         # What may be freed is the same for every project within its guarantee (none gives):
-        # a job of a size that could not be given room since the cycle last changed waits too.
+        # once too little is found for a size, more workers of it find too little as well,
+        # until the cycle changes.
         size = (job.accelerator, job.per_worker, outlasts(cycle, job))
         unfreed = _unfreed(cycle)
         if unfreed.get(size, job.gang + 1) <= job.gang:
             return None
-        if self._reclaim_bound(cycle, job) < job.demand:
-            return None
-        if not self._may_free(cycle, job):
+        if self._reclaim_bound(cycle, job) < job.demand or not self._may_free(cycle, job):
             unfreed[size] = min(job.gang, unfreed.get(size, job.gang))
             return None
+        return self._take_back(cycle, job)
+
+    def _take_back(self, cycle: Cycle, job: Job) -> Preemption | None:
+        """The reclaim's victims, if freeing them lets the job fit."""
         found = find_victims(cycle, job, self._reclaimable(cycle, job))
         if found:
             found.why = (
@@ -430,8 +446,8 @@ class _Giver:
 
 
 def _unfreed(cycle: Cycle) -> dict[tuple[str, int, bool], int]:
-    """(accelerator, per_worker, long) -> the fewest workers that `_may_free` found no room
-    for, since the cycle last changed (then more workers of the size find none either)."""
+    """(accelerator, per_worker, long) -> the fewest workers a reclaim found too little room
+    for since the cycle last changed (see Fair._reclaim)."""
     scratch = cycle.scratch
     memo = scratch.get("fair.unfreed")
     if memo is None or memo[0] != cycle.changes:
