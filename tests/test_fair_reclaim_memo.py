@@ -22,6 +22,7 @@ class Checking(Fair):
         self.checks = 0
         self.kept = 0  # checks that read a memo made in an earlier cycle
         self.giver_checks = 0  # of those, with the givers kept across cycles
+        self.changed_checks = 0  # of those, after the cycle changed what some project holds
         self.skipped: list[str] = []  # jobs whose reclaim a smaller one's failure ruled out
 
     def _may_free(self, cycle: Cycle, job: Job) -> bool:
@@ -38,6 +39,7 @@ class Checking(Fair):
             [getattr(g, f) for f in fields] for g in fresh_givers if g is not None
         ]
         self.giver_checks += cycle.usage is snap.usage
+        self.changed_checks += cycle.usage is not snap.usage  # (kept for the other projects)
         givers = [g for g in every if g.project != job.project]
         runs = [run for g in givers for run in self._given(cycle, g)]
         assert got == could_free_room(cycle, job, runs), f"{job.id} at {cycle.snap.now}"
@@ -102,16 +104,17 @@ def borrowers_and_whole_nodes(seed: int) -> dict:
 
 
 def test_reclaim_room_checks_with_the_memo_agree_with_checks_made_afresh():
-    checks = kept = giver_checks = preempted = 0
+    checks = kept = giver_checks = changed_checks = preempted = 0
     for seed in range(10):
         policy = Checking()
         result = simulate(load(borrowers_and_whole_nodes(seed)), policy)
         checks += policy.checks
         kept += policy.kept
         giver_checks += policy.giver_checks
+        changed_checks += policy.changed_checks
         preempted += sum(e["event"] == "preempt" for e in result.events)
     assert checks > 50 and kept > 10 and preempted > 0  # the memo is read, reclaims happen
-    assert giver_checks > 10
+    assert giver_checks > 10 and changed_checks > 0
 
 
 def test_a_size_no_reclaim_found_room_for_is_not_searched_again_in_the_cycle():

@@ -114,7 +114,7 @@ class Cycle:
         other.node_jobs = self.node_jobs.copy()
         other.exclusive = self.exclusive.copy()
         other.usage = self.usage
-        other._copied = set()
+        other._copied = set(self._copied)  # (what usage_changed reads)
         other.victims = {}
         other.releasing, other.soon, other.promised = [], {}, {}
         other.reserver = self.reserver
@@ -185,6 +185,10 @@ class Cycle:
     def held(self, project: str, accelerator: str) -> int:
         held = self.usage.get(project)  # (typed lookups: fast once compiled)
         return 0 if held is None else held.get(accelerator, 0)
+
+    def usage_changed(self, project: str) -> bool:
+        """Has this cycle changed what the project holds (admitted or preempted its jobs)?"""
+        return project in self._copied
 
     def _add_usage(self, project: str, accelerator: str, amount: int) -> None:
         if self.usage is self.snap.usage:

@@ -11,6 +11,7 @@ its own project. The first blocked job within its guarantee holds a reservation.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from heapq import heapify, heappop, heappush, heappushpop
@@ -477,11 +478,11 @@ def _givers(cycle: Cycle, accel: str) -> list[_Giver]:
     if found is None:
         found = by_type[accel] = []
         snap = cycle.snap
-        # While what projects hold is the snapshot's (the cycle has not written its own), each
-        # project's answer is kept from cycle to cycle until its jobs change.
-        kept = _kept_givers(snap, accel) if cycle.usage is snap.usage else None
+        # While what a project holds is the snapshot's (the cycle has not changed it), its
+        # answer is kept from cycle to cycle until its jobs change.
+        kept = _kept_givers(snap, accel)
         for project, runs in snap.preemptible.get(accel, {}).items():
-            if kept is None:
+            if cycle.usage_changed(project):
                 giver = _giver(snap, accel, project, cycle.held(project, accel), runs)
             elif project in kept:
                 giver = kept[project]
@@ -697,20 +698,22 @@ class _Answers:
 
 
 class _UserQueue:
-    """A project's pending jobs when they all belong to one user: that user's queue, and
-    the same by shape when a walk may jump over some (see Fair._queue_of)."""
+    """A project's pending jobs when they all belong to one user: that user's queue, read in
+    place by position (the queue does not change during a cycle), and the same by shape when
+    a walk may jump over some (see Fair._queue_of)."""
 
-    __slots__ = ("queue", "shapes", "jobs", "head")
+    __slots__ = ("items", "keys", "at", "shapes", "head")
 
     def __init__(self, queue: SortedQueue, shapes: dict[Shape, SortedQueue] | None):
-        self.queue, self.shapes = queue, shapes
-        self.jobs: Iterator[Job] = iter(queue)
-        self.head: Job | None = next(self.jobs, None)
+        self.items, self.keys, self.shapes = queue.items, queue.keys, shapes
+        self.at = queue.head  # the position of `head`
+        self.head: Job | None = self.items[self.at] if self.at < len(self.items) else None
 
     def jump_to(self, key: tuple | None) -> Job | None:
-        """Go on from the job with this queue key (None: past the last job)."""
-        self.jobs = self.queue.irange_key(key) if key is not None else iter(())
-        self.head = next(self.jobs, None)
+        """Go on from the job with this queue key, at or after the head (None: past the
+        last job)."""
+        self.at = len(self.items) if key is None else bisect_left(self.keys, key, self.at)
+        self.head = self.items[self.at] if self.at < len(self.items) else None
         return self.head
 
     def peek(self) -> Job | None:
@@ -719,5 +722,6 @@ class _UserQueue:
     def pop(self) -> Job:
         job = self.head
         assert job is not None
-        self.head = next(self.jobs, None)
+        self.at += 1
+        self.head = self.items[self.at] if self.at < len(self.items) else None
         return job
