@@ -13,7 +13,7 @@ from corral.core.cycle import Cycle
 from corral.core.model import Job
 from corral.core.preempt import could_free_room
 from corral.core.reserve import outlasts
-from corral.policies.fair import Fair, _giver, _givers, _unfreed
+from corral.policies.fair import Fair, _found_short, _giver, _givers
 
 
 class Checking(Fair):
@@ -74,7 +74,7 @@ class Checking(Fair):
     def _check_unfreed(self, cycle: Cycle, job: Job, long: bool) -> None:
         """Where fair's memo says a no bigger job of the size found no room, so must a fresh
         search (with every job the other projects would give up)."""
-        if _unfreed(cycle).get((job.accelerator, job.per_worker, long), job.gang + 1) > job.gang:
+        if not _found_short(cycle, (job.accelerator, job.per_worker, long), job.gang):
             return
         givers = [g for g in _givers(cycle, job.accelerator) if g.project != job.project]
         runs = [run for g in givers for run in self._given(cycle, g)]

@@ -312,11 +312,10 @@ class Fair(Policy):
         # once too little is found for a size, more workers of it find too little as well,
         # until the cycle changes.
         size = (job.accelerator, job.per_worker, outlasts(cycle, job))
-        unfreed = _unfreed(cycle)
-        if unfreed.get(size, job.gang + 1) <= job.gang:
+        if _found_short(cycle, size, job.gang):
             return None
         if self._reclaim_bound(cycle, job) < job.demand or not self._may_free(cycle, job):
-            unfreed[size] = min(job.gang, unfreed.get(size, job.gang))
+            _unfreed(cycle)[size] = job.gang  # (fewer than any noted: else found short)
             return None
         return self._take_back(cycle, job)
 
@@ -457,13 +456,18 @@ def _unfreed(cycle: Cycle) -> dict[tuple[str, int, bool], int]:
     return found
 
 
+def _found_short(cycle: Cycle, size: tuple[str, int, bool], workers: int) -> bool:
+    """Did a reclaim for no more workers of this size find too little room (see _unfreed)?"""
+    return _unfreed(cycle).get(size, workers + 1) <= workers
+
+
 def _reclaim_failed(cycle: Cycle, project: str, shape: Shape) -> bool:
     """Has a reclaim for a job of the project and shape failed in this cycle, or one for
     no more workers of the size found no room (for jobs of any length) since it last changed?"""
     if (project, shape) in cycle.scratch.get("fair.reclaim_failed", ()):
         return True
     accel, per_worker, workers = shape
-    return _unfreed(cycle).get((accel, per_worker, False), workers + 1) <= workers
+    return _found_short(cycle, (accel, per_worker, False), workers)
 
 
 def _givers(cycle: Cycle, accel: str) -> list[_Giver]:
@@ -706,15 +710,18 @@ class _UserQueue:
 
     def __init__(self, queue: SortedQueue, shapes: dict[Shape, SortedQueue] | None):
         self.items, self.keys, self.shapes = queue.items, queue.keys, shapes
-        self.at = queue.head  # the position of `head`
-        self.head: Job | None = self.items[self.at] if self.at < len(self.items) else None
+        self.at = 0  # the position of `head`
+        self.head: Job | None = self._move(queue.head)
+
+    def _move(self, at: int) -> Job | None:
+        self.at = at
+        self.head = self.items[at] if at < len(self.items) else None
+        return self.head
 
     def jump_to(self, key: tuple | None) -> Job | None:
         """Go on from the job with this queue key, at or after the head (None: past the
         last job)."""
-        self.at = len(self.items) if key is None else bisect_left(self.keys, key, self.at)
-        self.head = self.items[self.at] if self.at < len(self.items) else None
-        return self.head
+        return self._move(len(self.items) if key is None else bisect_left(self.keys, key, self.at))
 
     def peek(self) -> Job | None:
         return self.head
@@ -722,6 +729,5 @@ class _UserQueue:
     def pop(self) -> Job:
         job = self.head
         assert job is not None
-        self.at += 1
-        self.head = self.items[self.at] if self.at < len(self.items) else None
+        self._move(self.at + 1)
         return job
