@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from operator import mul
 from typing import Any
 
 from sortedcontainers import SortedList
@@ -278,7 +277,10 @@ class Cycle:
         if found is None:
             hist = self.histogram(accelerator, long)
             weights = self.snap.cluster.block_weights(accelerator, per_worker)
-            found = counts[per_worker] = sum(map(mul, hist, weights))
+            found = 0
+            for k in range(len(hist)):  # (a typed loop: compiled to native int arithmetic)
+                found += hist[k] * weights[k]
+            counts[per_worker] = found
         return found
 
     def projects_may_fit(self) -> set[str]:
@@ -442,7 +444,8 @@ class SlotCounter:
         self.held = cycle.reservation.held if long and cycle.reservation is not None else {}
         self.per, self.need = job.per_worker, job.gang
         self.slots = cycle.blocks(job.accelerator, self.per, long)
-        self.freed: dict[int, int] = {}  # node -> accelerators released, not in `free`
+        # Per node, accelerators released, not in `free` (a list: read and written per node).
+        self.freed: list[int] = [0] * len(self.free)
         self.batch: list[Running] = []  # the runs counted since the last `apply`
 
     def enough(self) -> bool:
@@ -464,8 +467,9 @@ class SlotCounter:
         return self.slots >= self.need
 
     def _count(self, node: int, more: int) -> None:
-        already = self.freed.get(node, 0)
-        self.freed[node] = already + more
+        freed = self.freed
+        already = freed[node]
+        freed[node] = already + more
         before, per = self.free[node] + already, self.per
         if self.held:  # only what is beside held capacity counts
             beside = before - self.held.get(node, 0)
@@ -476,4 +480,4 @@ class SlotCounter:
     def apply(self) -> None:
         """Release the runs counted so far on the cycle (a probe): its free map catches up."""
         self.cycle.release_all(self.batch)
-        self.batch, self.freed = [], {}
+        self.batch, self.freed = [], [0] * len(self.free)

@@ -308,6 +308,7 @@ class PendingQueue:
         "_summaries",
         "_summary_all",
         "_by_size",
+        "_listed",
         "_resized",
         "bounded",
         "any_bounded",
@@ -339,6 +340,7 @@ class PendingQueue:
         self._summaries: dict[str, ShapeSummary] = {}
         self._summary_all: ShapeSummary | None = None  # the same over all projects
         self._by_size: dict[tuple[str, int], list[tuple[int, str]]] = {}
+        self._listed: dict[str, list[tuple[str, int]]] = {}  # project -> its sizes in _by_size
         self._resized: set[str] = set()  # projects whose entries in _by_size are out of date
         self.bounded: dict[str, int] = {}  # project -> pending jobs with a max_runtime
         self.any_bounded = 0  # pending jobs with a max_runtime, over all projects
@@ -411,17 +413,19 @@ class PendingQueue:
         pending job of that worker size, fewest first: which projects have a job that may fit
         in so many free blocks, read without asking each project. Brought up to date for the
         projects whose summary changed since the last read."""
-        by_size = self._by_size
+        by_size, listed = self._by_size, self._listed
         for project in self._resized:
-            for size in list(by_size):
+            for size in listed.pop(project, ()):  # (only the sizes it is listed under)
                 needs = [need for need in by_size[size] if need[1] != project]
                 if needs:
                     by_size[size] = needs
                 else:
                     del by_size[size]
             if project in self.demand:
-                for size, workers in self.summary(project).fewest_workers.items():
+                fewest = self.summary(project).fewest_workers
+                for size, workers in fewest.items():
                     insort(by_size.setdefault(size, []), (workers, project))
+                listed[project] = list(fewest)
         self._resized.clear()
         return by_size
 

@@ -109,18 +109,19 @@ class Fair(Policy):
                 passed = 0
 
     def _queue_of(
-        self, cycle: Cycle, project: str, users: dict[str, SortedQueue]
+        self, cycle: Cycle, project: str, users: dict[str, SortedQueue[Job]]
     ) -> _UserQueue | _ProjectQueue:
         pending = cycle.snap.pending
         if len(users) > 1:
             return _ProjectQueue(users)
         # One user: no round-robin, its queue is already in order. With one priority and the
         # default queue key, each shape's jobs are in submit order: a walk may jump over them.
-        ((user, jobs),) = users.items()
-        shapes = None
-        if len(pending.priorities[project]) == 1 and self.jumps:
-            shapes = pending.by_user_shape[(project, user)]
-        return _UserQueue(jobs, shapes)
+        for user, jobs in users.items():  # (the only one: a loop reads it without a copy)
+            shapes = None
+            if len(pending.priorities[project]) == 1 and self.jumps:
+                shapes = pending.by_user_shape[(project, user)]
+            return _UserQueue(jobs, shapes)
+        raise ValueError(f"project {project} has no pending job")
 
     def _next_stop(
         self,
@@ -178,7 +179,7 @@ class Fair(Policy):
             running is not None
             and bool(running)
             and job.priority > min(running)
-            and (job.project, shape, job.priority) not in scratch.get("fair.outrank_failed", ())
+            and not _outrank_failed(cycle, job.project, shape, job.priority)
         )
 
     def _may_fit(self, cycle: Cycle, job: Job) -> bool:
@@ -254,8 +255,13 @@ class Fair(Policy):
     def _head_within(self, snap: Snapshot, project: str) -> bool:
         """Would the project's first job in its queue keep it within its guarantee? (Else its
         first pass ends at once: no job of it may reclaim.)"""
-        users = snap.pending.by_user[project].values()
-        head = min((jobs[0] for jobs in users), key=_head_key)
+        users = snap.pending.by_user[project]
+        head: Job | None = None
+        for jobs in users.values():
+            job = jobs[0]
+            if head is None or (len(users) > 1 and _head_key(job) < _head_key(head)):
+                head = job
+        assert head is not None  # (a project in by_user has a pending job)
         return snap.room_within(project, head.accelerator, head.demand)
 
     def _may_outrank(self, snap: Snapshot, project: str) -> bool:
@@ -283,7 +289,7 @@ class Fair(Policy):
         # fails again later in the cycle: capacity and candidates only shrink as it goes on.
         shape = shape_of(job)
         scratch = cycle.scratch
-        reclaim_failed = scratch.setdefault("fair.reclaim_failed", set())
+        reclaim_failed: set[tuple[str, Shape]] = scratch.setdefault("fair.reclaim_failed", set())
         if (
             scratch.get("fair.reclaim")
             and (job.project, shape) not in reclaim_failed
@@ -293,7 +299,9 @@ class Fair(Policy):
             if found:
                 return found
             reclaim_failed.add((job.project, shape))
-        outrank_failed = scratch.setdefault("fair.outrank_failed", set())
+        outrank_failed: set[tuple[str, Shape, int]] = scratch.setdefault(
+            "fair.outrank_failed", set()
+        )
         attempt = (job.project, shape, job.priority)
         if attempt in outrank_failed:
             return None
@@ -436,7 +444,7 @@ class _Giver:
     __slots__ = ("project", "held", "guarantee", "smallest", "runs", "released")
 
     def __init__(
-        self, project: str, held: float, guarantee: float, smallest: int, runs: SortedQueue
+        self, project: str, held: float, guarantee: float, smallest: int, runs: SortedQueue[Running]
     ):
         self.project, self.held, self.guarantee = project, held, guarantee
         self.smallest, self.runs = smallest, runs
@@ -449,7 +457,7 @@ def _unfreed(cycle: Cycle) -> dict[tuple[str, int, bool], int]:
     """(accelerator, per_worker, long) -> the fewest workers a reclaim found too little room
     for since the cycle last changed (see Fair._reclaim)."""
     scratch = cycle.scratch
-    memo = scratch.get("fair.unfreed")
+    memo: tuple[int, dict[tuple[str, int, bool], int]] | None = scratch.get("fair.unfreed")
     if memo is None or memo[0] != cycle.changes:
         memo = scratch["fair.unfreed"] = (cycle.changes, {})
     found: dict[tuple[str, int, bool], int] = memo[1]
@@ -464,17 +472,25 @@ def _found_short(cycle: Cycle, size: tuple[str, int, bool], workers: int) -> boo
 def _reclaim_failed(cycle: Cycle, project: str, shape: Shape) -> bool:
     """Has a reclaim for a job of the project and shape failed in this cycle, or one for
     no more workers of the size found no room (for jobs of any length) since it last changed?"""
-    if (project, shape) in cycle.scratch.get("fair.reclaim_failed", ()):
+    failed: set[tuple[str, Shape]] | None = cycle.scratch.get("fair.reclaim_failed")
+    if failed is not None and (project, shape) in failed:
         return True
     accel, per_worker, workers = shape
     return _found_short(cycle, (accel, per_worker, False), workers)
+
+
+def _outrank_failed(cycle: Cycle, project: str, shape: Shape, priority: int) -> bool:
+    """Has a search for lower-priority victims of the project failed for this kind of job
+    in this cycle (see Fair.victims)?"""
+    failed: set[tuple[str, Shape, int]] | None = cycle.scratch.get("fair.outrank_failed")
+    return failed is not None and (project, shape, priority) in failed
 
 
 def _givers(cycle: Cycle, accel: str) -> list[_Giver]:
     """The projects that may give up jobs of a type now: asked per project and shape in
     each pass, so kept until the cycle next changes what projects hold."""
     scratch = cycle.scratch
-    memo = scratch.get("fair.givers")
+    memo: tuple[int, dict[str, list[_Giver]]] | None = scratch.get("fair.givers")
     if memo is None or memo[0] != cycle.changes:
         memo = scratch["fair.givers"] = (cycle.changes, {})
     by_type: dict[str, list[_Giver]] = memo[1]
@@ -499,7 +515,9 @@ def _givers(cycle: Cycle, accel: str) -> list[_Giver]:
     return found
 
 
-def _giver(snap: Snapshot, accel: str, project: str, held: int, runs: SortedQueue) -> _Giver | None:
+def _giver(
+    snap: Snapshot, accel: str, project: str, held: int, runs: SortedQueue[Running]
+) -> _Giver | None:
     """The project as a giver of the type, if it is above its guarantee with a preemptible
     job small enough to lose."""
     guarantee = snap.guarantee_of(project, accel)
