@@ -255,13 +255,8 @@ class Fair(Policy):
     def _head_within(self, snap: Snapshot, project: str) -> bool:
         """Would the project's first job in its queue keep it within its guarantee? (Else its
         first pass ends at once: no job of it may reclaim.)"""
-        users = snap.pending.by_user[project]
-        head: Job | None = None
-        for jobs in users.values():
-            job = jobs[0]
-            if head is None or (len(users) > 1 and _head_key(job) < _head_key(head)):
-                head = job
-        assert head is not None  # (a project in by_user has a pending job)
+        heads = [jobs[0] for jobs in snap.pending.by_user[project].values()]
+        head = heads[0] if len(heads) == 1 else min(heads, key=_head_key)
         return snap.room_within(project, head.accelerator, head.demand)
 
     def _may_outrank(self, snap: Snapshot, project: str) -> bool:
