@@ -597,7 +597,6 @@ class _Answers:
         "heads",
         "within",
         "reserve",
-        "progress",
         "reclaims",
         "act",
         "reclaiming",
@@ -634,7 +633,6 @@ class _Answers:
 
     def new_pass(self) -> None:
         """Forget what the reclaim flag and failed victim searches decide."""
-        self.progress: dict[str, bool] = {}
         self.reclaims: dict[str, bool] = {}
         self.act: dict[tuple, bool] = {}
         self.reclaiming = bool(self.cycle.scratch.get("fair.reclaim"))
@@ -649,15 +647,13 @@ class _Answers:
         return (part[0], part[1], head.submit_time, project)
 
     def may_progress(self, project: str) -> bool:
-        """Might any job of the project start, reclaim or outrank now?"""
-        found = self.progress.get(project)
-        if found is None:
-            found = self.progress[project] = (
-                self.may_fit(project)
-                or (self.reclaiming and self.may_reclaim(project))
-                or (self.outranking and self.may_outrank(project))
-            )
-        return found
+        """Might any job of the project start, reclaim or outrank now? (Not memoised itself:
+        its parts are, and it is mostly asked once between two yields.)"""
+        return (
+            self.may_fit(project)
+            or (self.reclaiming and self.may_reclaim(project))
+            or (self.outranking and self.may_outrank(project))
+        )
 
     # Each answer below is memoised in its own table (inline: these run per popped job).
 
