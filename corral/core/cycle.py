@@ -200,11 +200,9 @@ class Cycle:
 
     def ratio(self, project: str, accelerator: str, extra: int = 0) -> float:
         """Usage over guarantee for one type, after adding `extra`."""
-        g = self.snap.guarantee_of(project, accelerator)
-        held = self.held(project, accelerator) + extra
-        if g <= 0:
-            return float("inf") if held > 0 else 0.0
-        return held / g
+        return share_ratio(
+            self.held(project, accelerator) + extra, self.snap.guarantee_of(project, accelerator)
+        )
 
     def within_guarantee(self, job: Job) -> bool:
         return self.room_within(job.project, job.accelerator, job.demand)
@@ -426,6 +424,13 @@ class Cycle:
         self.reservation = reservation
         if self._after is not None:
             self._after.reserve(reservation)
+
+
+def share_ratio(held: int, guarantee: float) -> float:
+    """Usage over guarantee: infinite for usage with no guarantee, 0 for none."""
+    if guarantee <= 0:
+        return float("inf") if held > 0 else 0.0
+    return held / guarantee
 
 
 def _copy_counts(counts: dict[str, dict[int, int]]) -> dict[str, dict[int, int]]:

@@ -20,7 +20,7 @@ from typing import ClassVar
 
 from mypy_extensions import mypyc_attr
 
-from corral.core.cycle import Cycle
+from corral.core.cycle import Cycle, share_ratio
 from corral.core.model import Job, Running
 from corral.core.policy import Policy, nothing_fits
 from corral.core.preempt import (
@@ -208,14 +208,15 @@ class Fair(Policy):
     def _key_head(self, cycle: Cycle, project: str, accel: str, demand: int) -> tuple:
         """The part of a project's key that its head job's type and demand set: rule 3.
         (A plain tuple: its items go into heap keys as they are, not unboxed and boxed.)"""
-        guaranteed = project in cycle.snap.guarantee
+        shares = cycle.snap.guarantee.get(project)
         usage = cycle.usage.get(project, {})
-        if not guaranteed:  # leftovers only: share them by what each already holds
+        if shares is None:  # leftovers only: share them by what each already holds
             return (True, sum(usage.values()) + demand)
-        ratio = cycle.ratio(project, accel, demand)
-        for other in usage:
+        # (Cycle.ratio per type, read from the two dicts once)
+        ratio = share_ratio(usage.get(accel, 0) + demand, shares.get(accel, 0.0))
+        for other, held in usage.items():
             if other != accel:
-                ratio = max(ratio, cycle.ratio(project, other))
+                ratio = max(ratio, share_ratio(held, shares.get(other, 0.0)))
         return (False, ratio)
 
     def _may_reclaim(self, cycle: Cycle, project: str) -> bool:
