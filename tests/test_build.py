@@ -1,6 +1,9 @@
 """The compiled build: CI runs the tests on it, and a stale one refuses to load."""
 
 import os
+import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -43,3 +46,18 @@ def test_a_fresh_build_loads(tmp_path):
     os.utime(source, (later + 10, later + 10))
     (tmp_path / "setup.py").unlink()  # an installed wheel: not checked
     corral.refuse_stale_build(tmp_path / "corral")
+
+
+def test_the_profile_workload_runs_every_policy(tmp_path):
+    # setup.py replays pgo_train.py on the instrumented core and falls back to a build without
+    # a profile (only a warning) if it fails: this is where a break in it shows.
+    script = Path(__file__).parent.parent / "pgo_train.py"
+    out = subprocess.run(
+        [sys.executable, str(script), "200"], capture_output=True, text=True, check=True
+    ).stdout
+    runs = re.findall(r"pgo_train: (\w+), (\d+) jobs, mixed=(\w+): (\d+) cycles", out)
+    policies = {"fair", "fifo", "las", "srtf"}
+    assert {(p, mixed) for p, _, mixed, _ in runs} == {
+        (p, m) for p in policies for m in ("False", "True")
+    }
+    assert all(int(cycles) > 0 for *_, cycles in runs), out
