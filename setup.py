@@ -16,6 +16,7 @@ from pathlib import Path
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
+from setuptools.errors import CCompilerError
 
 HERE = Path(__file__).resolve().parent
 # Standard flags for a shared library whose own calls need no interposition (as CPython is
@@ -58,7 +59,8 @@ def extensions() -> list:
 class BuildWithProfile(build_ext):
     """Profile-guided build (PGO), as CPython's own: compile with instrumentation, replay
     pgo_train.py on it, compile again with GCC using the profile. CORRAL_PGO=0 skips the
-    profile (half the build time, a slower core); so does any failure to collect it."""
+    profile (half the build time, a slower core); so does any failure to collect or use it
+    (another compiler, say)."""
 
     def run(self) -> None:
         if not self.extensions or os.environ.get("CORRAL_PGO") == "0":
@@ -66,15 +68,14 @@ class BuildWithProfile(build_ext):
             return
         profile = Path(self.build_temp).resolve() / "pgo"
         shutil.rmtree(profile, ignore_errors=True)
-        self._compile([f"-fprofile-generate={profile}"], [f"-fprofile-generate={profile}"])
         try:
+            self._compile([f"-fprofile-generate={profile}"], [f"-fprofile-generate={profile}"])
             self._train(profile)
-        except (OSError, subprocess.CalledProcessError) as err:
-            print(f"corral: no profile for the compiler ({err}); building without", file=sys.stderr)
+            use = [f"-fprofile-use={profile}", "-fprofile-correction", "-Wno-missing-profile"]
+            self._compile(use, [])
+        except (OSError, subprocess.CalledProcessError, CCompilerError) as err:
+            print(f"corral: no profile-guided build ({err}); building without", file=sys.stderr)
             self._compile([], [])
-            return
-        use = [f"-fprofile-use={profile}", "-fprofile-correction", "-Wno-missing-profile"]
-        self._compile(use, [])
 
     def _compile(self, cflags: list[str], ldflags: list[str]) -> None:
         if not hasattr(self, "mypyc_flags"):  # mypyc's own flags, kept for every compile
