@@ -2,11 +2,13 @@
 
 GCC then lays out and inlines the C that mypyc wrote by how it really runs: the core gets
 10-15 % faster (README, Benchmarks). The workload looks like the Philly trace on a smaller
-pool (mostly 1-GPU jobs, some whole-node gangs, heavy load, one or two users per project)
-with the rest of what the core handles mixed in: two accelerator types and domains,
-priorities, projects with no guarantee, max_runtime, non-preemptible and exclusive jobs,
-multi-slice gangs. Each built-in policy replays it. It needs only the standard library and
-the core's own dependencies (the build environment has no numpy or pydantic).
+pool (mostly 1-GPU jobs, some whole-node gangs, a little more work than the pool can serve,
+one user per project)
+and a smaller one with the rest of what the core handles: two accelerator types and domains,
+priorities, several users in a project, max_runtime, non-preemptible and exclusive jobs,
+multi-slice gangs; in both, projects with no guarantee. Each built-in policy replays them.
+It needs only the standard library and the core's own dependencies (the build environment
+has no numpy or pydantic).
 
     python pgo_train.py [JOBS]
 """
@@ -42,7 +44,7 @@ def quota() -> Quota:
 
 
 def workload(n: int, mixed: bool, rng: random.Random) -> list[ScenarioJob]:
-    """About as much work as the pool can serve; `mixed`: with every kind of job."""
+    """A little more work than the pool can serve; `mixed`: with every kind of job."""
     sizes, weights = list(SIZES), list(SIZES.values())
     jobs, t = [], 0.0
     for i in range(n):
@@ -50,7 +52,7 @@ def workload(n: int, mixed: bool, rng: random.Random) -> list[ScenarioJob]:
         project = rng.choice(PROJECTS)
         gpus = rng.choices(sizes, weights)[0]
         per_worker = min(gpus, GPUS_PER_NODE)
-        odd = mixed and rng.random() < 0.1  # (one draw: the same jobs in both workloads)
+        odd = mixed and rng.random() < 0.1
         slices = 2 if odd and gpus >= 16 else 1
         resources = Resources(
             "a100" if odd and gpus < 8 else "v100",

@@ -48,7 +48,7 @@ def test_a_fresh_build_loads(tmp_path):
     corral.refuse_stale_build(tmp_path / "corral")
 
 
-def test_the_profile_workload_runs_every_policy(tmp_path):
+def test_the_profile_workload_runs_every_policy():
     # setup.py replays pgo_train.py on the instrumented core and falls back to a build without
     # a profile (only a warning) if it fails: this is where a break in it shows.
     script = Path(__file__).parent.parent / "pgo_train.py"
