@@ -1,14 +1,13 @@
 """The workload setup.py runs the compiled core on to collect a profile for GCC (PGO).
 
 GCC then lays out and inlines the C that mypyc wrote by how it really runs: the core gets
-10-15 % faster (README, Benchmarks). The workload looks like the Philly trace on a smaller
-pool (mostly 1-GPU jobs, some whole-node gangs, a little more work than the pool can serve,
-one user per project)
-and a smaller one with the rest of what the core handles: two accelerator types and domains,
-priorities, several users in a project, max_runtime, non-preemptible and exclusive jobs,
-multi-slice gangs; in both, projects with no guarantee. Each built-in policy replays them.
-It needs only the standard library and the core's own dependencies (the build environment
-has no numpy or pydantic).
+10-15 % faster (README, Benchmarks). Two workloads: one like the Philly trace on a smaller
+pool (mostly 1-GPU jobs, some whole-node gangs, one user per project, a little more work than
+the pool can serve), and a smaller one with the rest of what the core handles: two accelerator
+types and domains, priorities, several users in a project, max_runtime, non-preemptible and
+exclusive jobs, multi-slice gangs. Both have projects with no guarantee. Each built-in policy
+replays them. It needs only the standard library and the core's own dependencies (the build
+environment has no numpy or pydantic).
 
     python pgo_train.py [JOBS]
 """
