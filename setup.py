@@ -63,6 +63,7 @@ class BuildWithProfile(build_ext):
     (another compiler, say)."""
 
     def run(self) -> None:
+        self.mypyc_flags = [ext.extra_compile_args for ext in self.extensions]  # kept for each
         if not self.extensions or os.environ.get("CORRAL_PGO") == "0":
             self._compile([], [])
             return
@@ -78,8 +79,6 @@ class BuildWithProfile(build_ext):
             self._compile([], [])
 
     def _compile(self, cflags: list[str], ldflags: list[str]) -> None:
-        if not hasattr(self, "mypyc_flags"):  # mypyc's own flags, kept for every compile
-            self.mypyc_flags = [ext.extra_compile_args for ext in self.extensions]
         for ext, own in zip(self.extensions, self.mypyc_flags, strict=True):
             ext.extra_compile_args = [*own, *CFLAGS, *cflags]
             ext.extra_link_args = ldflags

@@ -198,12 +198,6 @@ class Cycle:
         held = self.usage[project]
         held[accelerator] = held.get(accelerator, 0) + amount
 
-    def ratio(self, project: str, accelerator: str, extra: int = 0) -> float:
-        """Usage over guarantee for one type, after adding `extra`."""
-        return share_ratio(
-            self.held(project, accelerator) + extra, self.snap.guarantee_of(project, accelerator)
-        )
-
     def within_guarantee(self, job: Job) -> bool:
         return self.room_within(job.project, job.accelerator, job.demand)
 

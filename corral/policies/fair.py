@@ -212,7 +212,7 @@ class Fair(Policy):
         usage = cycle.usage.get(project, {})
         if shares is None:  # leftovers only: share them by what each already holds
             return (True, sum(usage.values()) + demand)
-        # (Cycle.ratio per type, read from the two dicts once)
+        # (usage and shares read once per type, not looked up again through the cycle)
         ratio = share_ratio(usage.get(accel, 0) + demand, shares.get(accel, 0.0))
         for other, held in usage.items():
             if other != accel:
