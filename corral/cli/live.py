@@ -484,14 +484,18 @@ def logs(
                 current = shown  # the offset belongs to this attempt's log: stay on it
             done = resp.headers["X-Corral-Done"] == "1"
             live = resp.headers["X-Corral-State"] in ("pending", "running")
+            # A later attempt may have run (even to the job's end) between two polls.
+            later = int(resp.headers.get("X-Corral-Latest", shown)) > shown
             if resp.content and not done:
                 continue  # more may be there already: read on without waiting
-            if not follow or (done and (attempt is not None or not live)):
+            if not follow or (done and (attempt is not None or not (live or later))):
                 return
-            if done and live:
-                # This attempt ended; the job will run again as the next one. Follow it.
+            if done:
+                # This attempt ended; the job ran or will run again as the next one. Follow it.
                 current, offset = shown + 1, 0
                 sys.stderr.write(f"--- attempt {current} ---\n")
+                if later:
+                    continue
             time.sleep(FOLLOW_INTERVAL)
     except KeyboardInterrupt:
         return

@@ -410,7 +410,8 @@ def create_app(cp: ControlPlane) -> FastAPI:
         response_class=Response,
         description="Raw bytes of one worker's log from `offset`. Headers: X-Corral-Offset "
         "(next offset), X-Corral-Attempt, X-Corral-Done (1: the attempt ended and all was "
-        "read), X-Corral-State (the job's state).",
+        "read), X-Corral-State (the job's state), X-Corral-Latest (the job's latest attempt "
+        "so far; absent before the first).",
     )
     def logs(
         user: User,
@@ -420,7 +421,7 @@ def create_app(cp: ControlPlane) -> FastAPI:
         offset: Annotated[int, Query(ge=0)] = 0,
     ) -> Response:
         row = views.find(user, job)
-        data, nxt, chosen, done = views.logs(row, worker, attempt, offset)
+        data, nxt, chosen, done, latest = views.logs(row, worker, attempt, offset)
         state = cp.live.get(row.id, row).state
         headers = {
             "X-Corral-Offset": str(nxt),
@@ -428,6 +429,8 @@ def create_app(cp: ControlPlane) -> FastAPI:
             "X-Corral-Done": "1" if done else "0",
             "X-Corral-State": state,
         }
+        if latest is not None:
+            headers["X-Corral-Latest"] = str(latest)
         return Response(data, media_type="application/octet-stream", headers=headers)
 
     @app.get("/v1/queue", tags=["queue"], responses=_ERRORS)

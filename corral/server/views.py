@@ -236,18 +236,19 @@ class Views:
 
     def logs(
         self, row: JobRow, worker: int, attempt: int | None, offset: int
-    ) -> tuple[bytes, int, int, bool]:
-        """(data, next offset, attempt, done): done when this attempt has ended and all of
-        its log has been read, so `logs -f` knows when to stop."""
+    ) -> tuple[bytes, int, int, bool, int | None]:
+        """(data, next offset, attempt, done, latest attempt): done when this attempt has
+        ended and all of its log has been read, so `logs -f` knows when to move on or stop."""
         cp = self.cp
         if not 0 <= worker < row.spec.resources.gang:
             raise Refused(422, f"worker: job {row.id} has workers 0..{row.spec.resources.gang - 1}")
         with cp.locked():
             live = cp.live.get(row.id, row)
             running = cp.attempts.get(row.id)
-        chosen = attempt if attempt is not None else _latest_attempt(cp, row)
+        latest = _latest_attempt(cp, row)
+        chosen = attempt if attempt is not None else latest
         if chosen is None:
-            return b"", offset, live.attempt, live.state not in LIVE_STATES
+            return b"", offset, live.attempt, live.state not in LIVE_STATES, None
         path = cp.executor.log_path(row.id, chosen, worker)
         data = b""
         try:
@@ -260,7 +261,7 @@ class Views:
         # A job still pending after a requeue may start this attempt number later.
         may_grow = attempt_live or (live.state == "pending" and chosen == live.attempt)
         done = not may_grow and len(data) < MAX_LOG_CHUNK
-        return data, offset + len(data), chosen, done
+        return data, offset + len(data), chosen, done, latest
 
 
 def _latest_attempt(cp: ControlPlane, row: JobRow) -> int | None:
