@@ -16,6 +16,7 @@ from sortedcontainers import SortedList
 
 from corral.core.model import Decision, Job, Preempt, Reason, Running, Start
 from corral.core.snapshot import Snapshot, within
+from corral.formats.types import Resources
 
 
 @dataclass(slots=True, init=False)  # its own __init__: compiled (see model.py)
@@ -58,6 +59,8 @@ class Cycle:
         "started",
         "_after",
         "changes",
+        "_unplaced",
+        "_unplaced_at",
     )
 
     def __init__(self, snap: Snapshot, spread: bool = False, blank: bool = False):
@@ -98,6 +101,8 @@ class Cycle:
         # Counts admissions, preemptions, promises and the reservation: a policy may keep
         # answers within a cycle while this stays the same (nothing else changes capacity).
         self.changes = 0
+        self._unplaced: set[tuple[Resources, bool]] | None = None  # see known_unplaced
+        self._unplaced_at = 0
 
     def untouched(self) -> bool:
         """Is the free map still the snapshot's (nothing admitted, promised or released)?"""
@@ -130,6 +135,7 @@ class Cycle:
         other.started = []
         other._after = None
         other.changes = 0
+        other._unplaced, other._unplaced_at = None, 0
         return other
 
     def after_release(self) -> Cycle:
@@ -274,6 +280,22 @@ class Cycle:
                 found += hist[k] * weights[k]
             counts[per_worker] = found
         return found
+
+    def known_unplaced(self, job: Job, long: bool) -> bool:
+        """Did placing a job of the same resources fail since the cycle last changed? (Where
+        placement fails though enough slots are free, as when they are split across domains,
+        each such job would otherwise be placed again.)"""
+        unplaced = self._unplaced
+        return (
+            unplaced is not None
+            and self._unplaced_at == self.changes
+            and (job.resources, long) in unplaced
+        )
+
+    def note_unplaced(self, job: Job, long: bool) -> None:
+        if self._unplaced is None or self._unplaced_at != self.changes:
+            self._unplaced, self._unplaced_at = set(), self.changes
+        self._unplaced.add((job.resources, long))
 
     def projects_may_fit(self) -> set[str]:
         """The projects with a pending job that could fit in what is free now (in what is not
@@ -434,36 +456,75 @@ def _copy_counts(counts: dict[str, dict[int, int]]) -> dict[str, dict[int, int]]
 class SlotCounter:
     """Free worker slots of a job's size on a cycle as running jobs are released on the side,
     so a what-if search changes its probe (`apply`) only once the job could fit. With `long`,
-    capacity held for the reservation does not count."""
+    capacity held for the reservation does not count.
 
-    __slots__ = ("cycle", "free", "held", "per", "need", "slots", "freed", "batch")
+    Where a slice could be refused a domain (its workers need one with room for them all,
+    the job is exclusive, or a domain is closed by an exclusive job), the count is also kept
+    per domain, with which domains a slice may use, from the first time the total is enough:
+    then `enough` is what placement finds, not just a bound, and a search does not place
+    after every release."""
+
+    __slots__ = (
+        "cycle",
+        "job",
+        "free",
+        "held",
+        "per",
+        "need",
+        "slots",
+        "freed",
+        "batch",
+        "by_domain",
+        "domains",
+        "loose",
+    )
 
     def __init__(self, cycle: Cycle, job: Job, long: bool):
-        self.cycle, self.free = cycle, cycle.free
+        self.cycle, self.job, self.free = cycle, job, cycle.free
         self.held = cycle.reservation.held if long and cycle.reservation is not None else {}
         self.per, self.need = job.per_worker, job.gang
         self.slots = cycle.blocks(job.accelerator, self.per, long)
         # Per node, accelerators released, not in `free` (a list: read and written per node).
         self.freed: list[int] = [0] * len(self.free)
         self.batch: list[Running] = []  # the runs counted since the last `apply`
+        # One worker a slice, not exclusive, every domain open: any slot takes a slice, so
+        # the total says it all.
+        r = job.resources
+        typed = cycle.snap.cluster.typed_domains.get(job.accelerator, {})
+        closed = bool(cycle.exclusive) and any(d in cycle.exclusive for d in typed)
+        self.by_domain = r.exclusive or closed or (len(typed) > 1 and r.workers > 1)
+        self.domains: DomainSlots | None = None  # once asked for (`enough`)
+        self.loose = False  # amounts were released: which domains they open is not known
 
     def enough(self) -> bool:
-        return self.slots >= self.need
+        if self.slots < self.need:
+            return False
+        if not self.by_domain:
+            return True
+        if self.domains is None:
+            self.domains = DomainSlots(self)
+        return self.domains.enough()
 
     def release(self, run: Running) -> bool:
-        """Count a run's accelerators as free; True when there are enough slots."""
+        """Count a run's accelerators as free; True when the job could fit (`enough`)."""
         self.batch.append(run)
         more = run.job.per_worker
         for i in run.nodes:
             self._count(i, more)
-        return self.slots >= self.need
+        if self.domains is not None:
+            self.domains.release(run)
+        return self.enough()
 
     def release_amounts(self, amounts: dict[int, int]) -> bool:
         """Count accelerators as free, per node (for a count only: `apply` does not see
-        them); True when there are enough slots."""
+        them); True when the job could fit. Which jobs they come from is not known, so from
+        now on no domain counts as closed or busy (`enough` is then only a bound)."""
+        self.loose = True
+        if self.domains is not None:
+            self.domains.open_all()
         for i, more in amounts.items():
             self._count(i, more)
-        return self.slots >= self.need
+        return self.enough()
 
     def _count(self, node: int, more: int) -> None:
         freed = self.freed
@@ -472,11 +533,107 @@ class SlotCounter:
         before, per = self.free[node] + already, self.per
         if self.held:  # only what is beside held capacity counts
             beside = before - self.held.get(node, 0)
-            self.slots += max(0, beside + more) // per - max(0, beside) // per
+            gained = max(0, beside + more) // per - max(0, beside) // per
         else:
-            self.slots += (before + more) // per - before // per
+            gained = (before + more) // per - before // per
+        if gained:
+            self.slots += gained
+            if self.domains is not None:
+                self.domains.gain(self.cycle.snap.cluster.domain_number[node], gained)
 
     def apply(self) -> None:
         """Release the runs counted so far on the cycle (a probe): its free map catches up."""
         self.cycle.release_all(self.batch)
         self.batch, self.freed = [], [0] * len(self.free)
+
+
+class DomainSlots:
+    """A SlotCounter's count per domain, as of its releases so far: worker slots, whether a
+    slice may use the domain (not closed by an exclusive job; for an exclusive job, also no
+    worker on any of its nodes) and `fits`, how many of the job's slices the usable domains
+    hold (an exclusive job's slices each need a domain of their own; others may share one,
+    a slot per worker)."""
+
+    __slots__ = ("counter", "workers", "slices", "exclusive", "slots", "busy", "closed", "fits")
+
+    def __init__(self, counter: SlotCounter):
+        cycle, job = counter.cycle, counter.job
+        cluster = cycle.snap.cluster
+        number, held, per = cluster.domain_number, counter.held, counter.per
+        free, freed = cycle.free, counter.freed
+        self.counter = counter
+        self.workers, self.slices = job.resources.workers, job.resources.slices
+        self.exclusive = job.resources.exclusive
+        n = len(cluster.domains)
+        self.slots = [0] * n
+        self.busy = [0] * n  # workers on the domain's nodes (kept for exclusive jobs only)
+        self.closed = [False] * n
+        self.fits = 0
+        for d, nodes in cluster.typed_domains.get(job.accelerator, {}).items():
+            k = number[nodes[0]]
+            slots = 0
+            if held:
+                for i in nodes:
+                    slots += max(0, free[i] + freed[i] - held.get(i, 0)) // per
+            else:
+                for i in nodes:
+                    slots += (free[i] + freed[i]) // per
+            self.slots[k] = slots
+            if not counter.loose:
+                self.closed[k] = d in cycle.exclusive
+                if self.exclusive:
+                    self.busy[k] = sum(cycle.node_jobs[i] for i in cluster.domains[d])
+            self.fits += self._holds(k, slots)
+        if not counter.loose:
+            for run in counter.batch:  # released, not applied yet
+                self.release(run)
+
+    def _total(self) -> int:
+        fits = 0
+        for k in range(len(self.slots)):
+            fits += self._holds(k, self.slots[k])
+        return fits
+
+    def enough(self) -> bool:
+        return self.fits >= self.slices
+
+    def _holds(self, k: int, slots: int) -> int:
+        """Slices the domain holds with `slots` free slots."""
+        if self.closed[k] or self.busy[k] > 0:
+            return 0
+        if self.exclusive:
+            return 1 if slots >= self.workers else 0
+        return slots // self.workers
+
+    def gain(self, k: int, slots: int) -> None:
+        had = self.slots[k]
+        self.slots[k] = had + slots
+        self.fits += self._holds(k, had + slots) - self._holds(k, had)
+
+    def release(self, run: Running) -> None:
+        """The run's workers leave their nodes; an exclusive run opens the domains it holds."""
+        cycle = self.counter.cycle
+        number = cycle.snap.cluster.domain_number
+        if self.exclusive:
+            for i in run.nodes:
+                self._change(number[i], busy=-1)
+        if run.job.resources.exclusive:
+            owner = cycle.exclusive
+            domain_of = cycle.snap.cluster.domain_of
+            for i in run.nodes:
+                k = number[i]
+                if self.closed[k] and owner.get(domain_of[i]) == run.job.id:
+                    self._change(k, opened=True)
+
+    def _change(self, k: int, busy: int = 0, opened: bool = False) -> None:
+        before = self._holds(k, self.slots[k])
+        self.busy[k] += busy
+        if opened:
+            self.closed[k] = False
+        self.fits += self._holds(k, self.slots[k]) - before
+
+    def open_all(self) -> None:
+        """Count every domain as usable from now on (what may open them is not known)."""
+        n = len(self.slots)
+        self.closed, self.busy = [False] * n, [0] * n
+        self.fits = self._total()

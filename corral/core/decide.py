@@ -89,9 +89,12 @@ def _consider(cycle: Cycle, policy: Policy, reserver: _Reserver, job: Job) -> No
 
 def _fit(cycle: Cycle, job: Job) -> tuple[int, ...] | None:
     long = outlasts(cycle, job)
-    if not cycle.may_fit(job, long) or not cycle.under_cap(job):
+    if not cycle.may_fit(job, long) or not cycle.under_cap(job) or cycle.known_unplaced(job, long):
         return None
-    return place(cycle, job, long)
+    nodes = place(cycle, job, long)
+    if nodes is None:
+        cycle.note_unplaced(job, long)
+    return nodes
 
 
 def _arrival_may_act(cycle: Cycle, policy: Policy, reserver: _Reserver, job: Job) -> bool:

@@ -207,6 +207,7 @@ class Cluster:
     index: dict[str, int]  # node name -> position
     domains: dict[str, tuple[int, ...]]  # domain -> node positions, in name order
     domain_of: tuple[str, ...]  # node position -> domain
+    domain_number: tuple[int, ...]  # node position -> its domain's place in `domains`
     accelerator_of: tuple[str, ...]  # node position -> its accelerator type
     by_type: dict[str, tuple[int, ...]]  # accelerator -> node positions
     capacity: dict[str, int]  # accelerator -> inventory count
@@ -251,11 +252,13 @@ class Cluster:
         for d, idx in domains.items():
             for accel in sorted({ordered[i].accelerator for i in idx}):
                 typed[accel][d] = tuple(i for i in idx if ordered[i].accelerator == accel)
+        number = {d: k for k, d in enumerate(sorted(domains))}
         return cls(
             nodes=ordered,
             index={n.name: i for i, n in enumerate(ordered)},
             domains={d: tuple(v) for d, v in sorted(domains.items())},
             domain_of=tuple(n.domain for n in ordered),
+            domain_number=tuple(number[n.domain] for n in ordered),
             accelerator_of=tuple(n.accelerator for n in ordered),
             by_type={t: tuple(v) for t, v in sorted(by_type.items())},
             capacity=capacity,
