@@ -95,7 +95,7 @@ def report(run: PolicyRun, workload: Workload, penalty: float) -> bool:
     print(f"   mean duration    {_num(s['mean_duration'])} s")
     print(f"   utilisation      {s['utilisation']:.4f}")
     print(f"   run time sum     {ran:.1f} s; durations + penalties {needed:.1f} s; diff {diff:.3g}")
-    print(f"   event log hash   {_events_hash(run.result.events)}")
+    print(f"   event log hash   {events_hash(run.result.events)}")
     checks = {
         "every job finished": s["finished"] == s["jobs"] == len(workload.jobs),
         "mean JCT >= mean duration": finished != []
@@ -108,7 +108,7 @@ def report(run: PolicyRun, workload: Workload, penalty: float) -> bool:
     return all(checks.values())
 
 
-def _events_hash(events: list[dict]) -> str:
+def events_hash(events: list[dict]) -> str:
     digest = hashlib.sha256()
     for event in events:
         digest.update(repr(sorted(event.items())).encode())

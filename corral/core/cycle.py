@@ -16,7 +16,6 @@ from sortedcontainers import SortedList
 
 from corral.core.model import Decision, Job, Preempt, Reason, Running, Start
 from corral.core.snapshot import Snapshot, within
-from corral.formats.types import Resources
 
 
 @dataclass(slots=True, init=False)  # its own __init__: compiled (see model.py)
@@ -101,7 +100,7 @@ class Cycle:
         # Counts admissions, preemptions, promises and the reservation: a policy may keep
         # answers within a cycle while this stays the same (nothing else changes capacity).
         self.changes = 0
-        self._unplaced: set[tuple[Resources, bool]] | None = None  # see known_unplaced
+        self._unplaced: set[tuple] | None = None  # see known_unplaced
         self._unplaced_at = 0
 
     def untouched(self) -> bool:
@@ -289,13 +288,13 @@ class Cycle:
         return (
             unplaced is not None
             and self._unplaced_at == self.changes
-            and (job.resources, long) in unplaced
+            and _placement_key(job, long) in unplaced
         )
 
     def note_unplaced(self, job: Job, long: bool) -> None:
         if self._unplaced is None or self._unplaced_at != self.changes:
             self._unplaced, self._unplaced_at = set(), self.changes
-        self._unplaced.add((job.resources, long))
+        self._unplaced.add(_placement_key(job, long))
 
     def projects_may_fit(self) -> set[str]:
         """The projects with a pending job that could fit in what is free now (in what is not
@@ -440,6 +439,12 @@ class Cycle:
         self.reservation = reservation
         if self._after is not None:
             self._after.reserve(reservation)
+
+
+def _placement_key(job: Job, long: bool) -> tuple:
+    """What placement reads of a job: its resources (a tuple: hashed in C)."""
+    r = job.resources
+    return (job.shape, r.workers, r.exclusive, long)
 
 
 def share_ratio(held: int, guarantee: float) -> float:
