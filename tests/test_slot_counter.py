@@ -20,6 +20,7 @@ from corral.formats import parse_quota
 from corral.formats.types import Node, Resources
 from corral.policies.fair import Fair
 from corral.policies.las import Las
+from corral.policies.srtf import Srtf
 
 
 def _pool(exclusive_runs: bool = False) -> tuple[Snapshot, dict[str, Running]]:
@@ -106,10 +107,11 @@ def _check_counter(cycle: Cycle, job: Job, seen: list[int]) -> None:
             seen[1] += enough
 
 
-@pytest.mark.parametrize("policy", [Fair, Las])
-def test_the_count_is_what_placement_finds_in_busy_pools_with_domains(policy):
+@pytest.mark.parametrize("policy", [Fair, Las, Srtf])
+@pytest.mark.parametrize("domains", [2, 3])
+def test_the_count_is_what_placement_finds_in_busy_pools_with_domains(policy, domains):
     seen = [0, 0]  # checks made per domain; of them, "enough"
     for seed in range(4):
-        scenario = load(busy(seed, policy.name, domains=2))
+        scenario = load(busy(seed, policy.name, domains))
         simulate(scenario, _checking(policy, seen))
     assert seen[0] > 100 and 0 < seen[1] < seen[0]
