@@ -553,13 +553,13 @@ class SlotCounter:
 
 
 class DomainSlots:
-    """A SlotCounter's count per domain, as of its releases so far: worker slots, whether a
-    slice may use the domain (not closed by an exclusive job; for an exclusive job, also no
-    worker on any of its nodes) and `fits`, how many of the job's slices the usable domains
-    hold (an exclusive job's slices each need a domain of their own; others may share one,
-    a slot per worker)."""
+    """A SlotCounter's count per domain, as of its releases so far: worker slots, what keeps
+    a slice off the domain (closed by an exclusive job; for an exclusive job, also each
+    worker on its nodes) and `fits`, how many of the job's slices the usable domains hold
+    (an exclusive job's slices each need a domain of their own; others may share one, a slot
+    per worker)."""
 
-    __slots__ = ("counter", "workers", "slices", "exclusive", "slots", "busy", "closed", "fits")
+    __slots__ = ("counter", "workers", "slices", "exclusive", "slots", "blocked", "fits")
 
     def __init__(self, counter: SlotCounter):
         cycle, job = counter.cycle, counter.job
@@ -571,8 +571,10 @@ class DomainSlots:
         self.exclusive = job.resources.exclusive
         n = len(cluster.domains)
         self.slots = [0] * n
-        self.busy = [0] * n  # workers on the domain's nodes (kept for exclusive jobs only)
-        self.closed = [False] * n
+        # Per domain, what keeps a slice off it; None: nothing does (the common case).
+        self.blocked: list[int] | None = None
+        if not counter.loose and (self.exclusive or cycle.exclusive):
+            self.blocked = [0] * n
         self.fits = 0
         for d, nodes in cluster.typed_domains.get(job.accelerator, {}).items():
             k = number[nodes[0]]
@@ -584,12 +586,12 @@ class DomainSlots:
                 for i in nodes:
                     slots += (free[i] + freed[i]) // per
             self.slots[k] = slots
-            if not counter.loose:
-                self.closed[k] = d in cycle.exclusive
+            if self.blocked is not None:
+                self.blocked[k] = int(d in cycle.exclusive)
                 if self.exclusive:
-                    self.busy[k] = sum(cycle.node_jobs[i] for i in cluster.domains[d])
+                    self.blocked[k] += sum(cycle.node_jobs[i] for i in cluster.domains[d])
             self.fits += self._holds(k, slots)
-        if not counter.loose:
+        if self.blocked is not None:
             for run in counter.batch:  # released, not applied yet
                 self.release(run)
 
@@ -604,7 +606,8 @@ class DomainSlots:
 
     def _holds(self, k: int, slots: int) -> int:
         """Slices the domain holds with `slots` free slots."""
-        if self.closed[k] or self.busy[k] > 0:
+        blocked = self.blocked
+        if blocked is not None and blocked[k] > 0:
             return 0
         if self.exclusive:
             return 1 if slots >= self.workers else 0
@@ -617,28 +620,30 @@ class DomainSlots:
 
     def release(self, run: Running) -> None:
         """The run's workers leave their nodes; an exclusive run opens the domains it holds."""
+        if self.blocked is None:
+            return
         cycle = self.counter.cycle
         number = cycle.snap.cluster.domain_number
         if self.exclusive:
             for i in run.nodes:
-                self._change(number[i], busy=-1)
+                self._unblock(number[i])
         if run.job.resources.exclusive:
-            owner = cycle.exclusive
-            domain_of = cycle.snap.cluster.domain_of
+            owner, domain_of = cycle.exclusive, cycle.snap.cluster.domain_of
+            opened: set[int] = set()  # (a run may have several workers in a domain)
             for i in run.nodes:
                 k = number[i]
-                if self.closed[k] and owner.get(domain_of[i]) == run.job.id:
-                    self._change(k, opened=True)
+                if k not in opened and owner.get(domain_of[i]) == run.job.id:
+                    opened.add(k)
+                    self._unblock(k)
 
-    def _change(self, k: int, busy: int = 0, opened: bool = False) -> None:
+    def _unblock(self, k: int) -> None:
+        blocked = self.blocked
+        assert blocked is not None
         before = self._holds(k, self.slots[k])
-        self.busy[k] += busy
-        if opened:
-            self.closed[k] = False
+        blocked[k] -= 1
         self.fits += self._holds(k, self.slots[k]) - before
 
     def open_all(self) -> None:
         """Count every domain as usable from now on (what may open them is not known)."""
-        n = len(self.slots)
-        self.closed, self.busy = [False] * n, [0] * n
+        self.blocked = None
         self.fits = self._total()
