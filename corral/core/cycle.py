@@ -280,21 +280,22 @@ class Cycle:
             counts[per_worker] = found
         return found
 
-    def known_unplaced(self, job: Job, long: bool) -> bool:
+    def known_unplaced(self, job: Job, long: bool, after: bool = False) -> bool:
         """Did placing a job of the same resources fail since the cycle last changed? (Where
         placement fails though enough slots are free, as when they are split across domains,
-        each such job would otherwise be placed again.)"""
+        each such job would otherwise be placed again.) `after`: placed on `after_release`,
+        which changes only with the cycle."""
         unplaced = self._unplaced
         return (
             unplaced is not None
             and self._unplaced_at == self.changes
-            and _placement_key(job, long) in unplaced
+            and _placement_key(job, long, after) in unplaced
         )
 
-    def note_unplaced(self, job: Job, long: bool) -> None:
+    def note_unplaced(self, job: Job, long: bool, after: bool = False) -> None:
         if self._unplaced is None or self._unplaced_at != self.changes:
             self._unplaced, self._unplaced_at = set(), self.changes
-        self._unplaced.add(_placement_key(job, long))
+        self._unplaced.add(_placement_key(job, long, after))
 
     def projects_may_fit(self) -> set[str]:
         """The projects with a pending job that could fit in what is free now (in what is not
@@ -441,10 +442,10 @@ class Cycle:
             self._after.reserve(reservation)
 
 
-def _placement_key(job: Job, long: bool) -> tuple:
-    """What placement reads of a job: its resources (a tuple: hashed in C)."""
+def _placement_key(job: Job, long: bool, after: bool) -> tuple:
+    """What placement reads of a job, its resources (a tuple: hashed in C), and where."""
     r = job.resources
-    return (job.shape, r.workers, r.exclusive, long)
+    return (job.shape, r.workers, r.exclusive, long, after)
 
 
 def share_ratio(held: int, guarantee: float) -> float:

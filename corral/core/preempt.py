@@ -88,6 +88,9 @@ def free_room_counter(cycle: Cycle, job: Job) -> SlotCounter:
 
 def place_after_release(cycle: Cycle, job: Job) -> tuple[int, ...] | None:
     """Where the job would fit once the jobs already told to stop are gone, if anywhere."""
-    if not cycle.releasing:
+    if not cycle.releasing or cycle.known_unplaced(job, long=False, after=True):
         return None
-    return place(cycle.after_release(), job, long=False)
+    nodes = place(cycle.after_release(), job, long=False)
+    if nodes is None:
+        cycle.note_unplaced(job, long=False, after=True)
+    return nodes
