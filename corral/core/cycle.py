@@ -8,11 +8,10 @@ cannot possibly fit without walking the nodes.
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
-
-from sortedcontainers import SortedList
 
 from corral.core.model import Decision, Job, Preempt, Reason, Running, Start
 from corral.core.snapshot import Snapshot, within
@@ -92,7 +91,7 @@ class Cycle:
         # while a reservation holds capacity.
         self._blocks: dict[str, dict[int, int]] = _copy_counts(snap.slots)
         self._blocks_long: dict[str, dict[int, int]] = {}
-        self._domains: dict[str, SortedList] = {}
+        self._domains: dict[str, DomainIndex] = {}
         self._pristine = True  # no change yet: histograms are copied from the snapshot
         self.scratch: dict[str, Any] = {}  # per-cycle memo of policies
         self.admitted: dict[str, int] = {}  # accelerators started by this cycle, per type
@@ -321,13 +320,13 @@ class Cycle:
                 return True
         return False
 
-    def domains_by_free(self, accelerator: str) -> SortedList:
-        """(free accelerators of the type, domain) for every domain holding the type."""
+    def domains_by_free(self, accelerator: str) -> DomainIndex:
+        """The domains holding the type, by free accelerators of it."""
         index = self._domains.get(accelerator)
         if index is None:
             typed = self.snap.cluster.typed_domains.get(accelerator, {})
             free = self.free
-            index = SortedList((sum(free[i] for i in nodes), d) for d, nodes in typed.items())
+            index = DomainIndex({d: sum(free[i] for i in nodes) for d, nodes in typed.items()})
             self._domains[accelerator] = index
         return index
 
@@ -340,10 +339,7 @@ class Cycle:
         accel = cluster.nodes[node].accelerator
         index = self._domains.get(accel)
         if index is not None:
-            domain = cluster.domain_of[node]
-            total = sum(self.free[i] for i in cluster.typed_domains[accel][domain])
-            index.remove((total, domain))
-            index.add((total - amount, domain))
+            index.take(cluster.domain_of[node], amount)
         hist, hist_long = self._hist.get(accel), self._hist_long.get(accel)
         free = self.free[node]
         held = self.reservation.held.get(node, 0) if self.reservation is not None else 0
@@ -457,6 +453,31 @@ def share_ratio(held: int, guarantee: float) -> float:
 
 def _copy_counts(counts: dict[str, dict[int, int]]) -> dict[str, dict[int, int]]:
     return {accelerator: dict(inner) for accelerator, inner in counts.items()}
+
+
+class DomainIndex:
+    """A type's domains ordered by free accelerators of it, (free, domain) ascending, so
+    placement visits first the domains a slice fits in, best first. A plain sorted list: a
+    few to a few hundred domains, copied with every what-if probe."""
+
+    __slots__ = ("order", "free")
+
+    def __init__(self, free: dict[str, int], order: list[tuple[int, str]] | None = None):
+        self.free = free
+        self.order = sorted((n, d) for d, n in free.items()) if order is None else order
+
+    def copy(self) -> DomainIndex:
+        return DomainIndex(dict(self.free), list(self.order))
+
+    def take(self, domain: str, amount: int) -> None:
+        total = self.free[domain]
+        del self.order[bisect_left(self.order, (total, domain))]
+        insort(self.order, (total - amount, domain))
+        self.free[domain] = total - amount
+
+    def at_least(self, size: int) -> list[tuple[int, str]]:
+        """(free, domain) of the domains with at least `size` free, fewest free first."""
+        return self.order[bisect_left(self.order, (size, "")) :]
 
 
 class SlotCounter:

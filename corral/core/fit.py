@@ -128,15 +128,10 @@ def _candidate_domains(cycle: Cycle, job: Job, typed: dict):
     if len(typed) == 1:
         yield from typed
         return
-    index = cycle.domains_by_free(r.accelerator)
-    size = r.per_worker * r.workers
+    roomy = cycle.domains_by_free(r.accelerator).at_least(r.per_worker * r.workers)
     if cycle.spread:
-        for free, domain in index.irange(reverse=True):
-            if free < size:
-                return
-            yield domain
-        return
-    for _, domain in index.irange((size, "")):
+        roomy.reverse()
+    for _, domain in roomy:
         yield domain
 
 
