@@ -279,11 +279,10 @@ class Cycle:
             counts[per_worker] = found
         return found
 
-    def known_unplaced(self, job: Job, long: bool, after: bool = False) -> bool:
-        """Did placing a job of the same resources fail since the cycle last changed? (Where
-        placement fails though enough slots are free, as when they are split across domains,
-        each such job would otherwise be placed again.) `after`: placed on `after_release`,
-        which changes only with the cycle."""
+    def known_unplaced(self, job: Job, long: bool, after: bool) -> bool:
+        """Did placing a job of the same resources fail since the cycle last changed (see
+        fit.place_unless_failed)? `after`: placed on `after_release`, which changes only with
+        the cycle."""
         unplaced = self._unplaced
         return (
             unplaced is not None
@@ -291,7 +290,7 @@ class Cycle:
             and _placement_key(job, long, after) in unplaced
         )
 
-    def note_unplaced(self, job: Job, long: bool, after: bool = False) -> None:
+    def note_unplaced(self, job: Job, long: bool, after: bool) -> None:
         if self._unplaced is None or self._unplaced_at != self.changes:
             self._unplaced, self._unplaced_at = set(), self.changes
         self._unplaced.add(_placement_key(job, long, after))
@@ -566,7 +565,7 @@ class SlotCounter:
         if gained:
             self.slots += gained
             if self.domains is not None:
-                self.domains.gain(self.cycle.snap.cluster.domain_number[node], gained)
+                self.domains.gain(node, gained)
 
     def apply(self) -> None:
         """Release the runs counted so far on the cycle (a probe): its free map catches up."""
@@ -581,14 +580,14 @@ class DomainSlots:
     (an exclusive job's slices each need a domain of their own; others may share one, a slot
     per worker)."""
 
-    __slots__ = ("counter", "workers", "slices", "exclusive", "slots", "blocked", "fits")
+    __slots__ = ("counter", "number", "workers", "slices", "exclusive", "slots", "blocked", "fits")
 
     def __init__(self, counter: SlotCounter):
         cycle, job = counter.cycle, counter.job
         cluster = cycle.snap.cluster
         number, held, per = cluster.domain_number, counter.held, counter.per
         free, freed = cycle.free, counter.freed
-        self.counter = counter
+        self.counter, self.number = counter, number  # node -> its domain's place
         self.workers, self.slices = job.resources.workers, job.resources.slices
         self.exclusive = job.resources.exclusive
         n = len(cluster.domains)
@@ -635,7 +634,8 @@ class DomainSlots:
             return 1 if slots >= self.workers else 0
         return slots // self.workers
 
-    def gain(self, k: int, slots: int) -> None:
+    def gain(self, node: int, slots: int) -> None:
+        k = self.number[node]
         had = self.slots[k]
         self.slots[k] = had + slots
         self.fits += self._holds(k, had + slots) - self._holds(k, had)
@@ -644,8 +644,7 @@ class DomainSlots:
         """The run's workers leave their nodes; an exclusive run opens the domains it holds."""
         if self.blocked is None:
             return
-        cycle = self.counter.cycle
-        number = cycle.snap.cluster.domain_number
+        cycle, number = self.counter.cycle, self.number
         if self.exclusive:
             for i in run.nodes:
                 self._unblock(number[i])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from corral.core import reasons
 from corral.core.cycle import Cycle
-from corral.core.fit import place
+from corral.core.fit import place_unless_failed
 from corral.core.model import Decision, Job
 from corral.core.policy import Policy
 from corral.core.preempt import place_after_release
@@ -89,12 +89,9 @@ def _consider(cycle: Cycle, policy: Policy, reserver: _Reserver, job: Job) -> No
 
 def _fit(cycle: Cycle, job: Job) -> tuple[int, ...] | None:
     long = outlasts(cycle, job)
-    if not cycle.may_fit(job, long) or not cycle.under_cap(job) or cycle.known_unplaced(job, long):
+    if not cycle.may_fit(job, long) or not cycle.under_cap(job):
         return None
-    nodes = place(cycle, job, long)
-    if nodes is None:
-        cycle.note_unplaced(job, long)
-    return nodes
+    return place_unless_failed(cycle, job, long)
 
 
 def _arrival_may_act(cycle: Cycle, policy: Policy, reserver: _Reserver, job: Job) -> bool:

@@ -41,6 +41,22 @@ def place(cycle: Cycle, job: Job, long: bool = True) -> tuple[int, ...] | None:
     return tuple(placement)
 
 
+def place_unless_failed(
+    cycle: Cycle, job: Job, long: bool, on: Cycle | None = None
+) -> tuple[int, ...] | None:
+    """`place` on `on` (by default the cycle itself, else its `after_release` map), unless a
+    job of the same resources failed to place there since the cycle last changed: where
+    placement fails though enough slots are free (split across domains, no empty domain for
+    an exclusive job), the jobs of the same kind behind it would fail again."""
+    after = on is not None
+    if cycle.known_unplaced(job, long, after):
+        return None
+    nodes = place(cycle if on is None else on, job, long)
+    if nodes is None:
+        cycle.note_unplaced(job, long, after)
+    return nodes
+
+
 def _one_domain(
     cycle: Cycle, job: Job, long: bool, nodes: tuple[int, ...]
 ) -> tuple[int, ...] | None:

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from corral.core.cycle import Cycle, SlotCounter
-from corral.core.fit import place
+from corral.core.fit import place, place_unless_failed
 from corral.core.model import Job, Running
 from corral.core.reserve import outlasts
 
@@ -88,9 +88,6 @@ def free_room_counter(cycle: Cycle, job: Job) -> SlotCounter:
 
 def place_after_release(cycle: Cycle, job: Job) -> tuple[int, ...] | None:
     """Where the job would fit once the jobs already told to stop are gone, if anywhere."""
-    if not cycle.releasing or cycle.known_unplaced(job, long=False, after=True):
+    if not cycle.releasing:
         return None
-    nodes = place(cycle.after_release(), job, long=False)
-    if nodes is None:
-        cycle.note_unplaced(job, long=False, after=True)
-    return nodes
+    return place_unless_failed(cycle, job, False, on=cycle.after_release())
