@@ -184,6 +184,7 @@ def up(
     import logging
 
     from corral.formats.types import FormatError
+    from corral.server.store import SchemaTooNew
     from corral.server.up import Server, Settings, StateDirBusy, check_port
 
     logging.basicConfig(
@@ -200,7 +201,7 @@ def up(
     try:
         check_port(host, port)
         server = Server(settings)
-    except (StateDirBusy, FormatError, OSError) as err:
+    except (StateDirBusy, SchemaTooNew, FormatError, OSError) as err:
         fail(str(err), 1)
     _announce(server)
     server.run()

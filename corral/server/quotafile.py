@@ -66,6 +66,11 @@ class QuotaSource:
         except (FormatError, OSError) as err:
             log.error("quota file %s refused, keeping the last good quota: %s", self.path, err)
             return None
-        log.info("quota file %s reloaded", self.path)
+        log.info(
+            "quota file %s reloaded: projects %s, policy %s",
+            self.path,
+            ", ".join(quota.projects) or "none",
+            quota.scheduler.policy,
+        )
         self.quota = quota
         return quota

@@ -14,9 +14,10 @@ thread, which WAL lets run beside the writer.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,11 @@ LIVE_STATES = ("pending", "running")
 FINAL_STATES = ("succeeded", "failed", "cancelled")
 LIVE_ATTEMPT_STATES = ("launching", "running", "terminating")
 
+log = logging.getLogger("corral.events")
+
+# Migration 1: the schema as it stood when versioning began. CREATE ... IF NOT EXISTS, so a
+# database written before then (user_version 0, these tables already there) passes through it
+# unchanged. Never edit it: change the schema by appending to MIGRATIONS below.
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     id TEXT PRIMARY KEY,
@@ -96,6 +102,54 @@ CREATE TABLE IF NOT EXISTS tokens (
     created_at REAL NOT NULL
 );
 """
+
+# A migration is an SQL script or a function of the connection; either runs in one transaction
+# with the bump of `PRAGMA user_version`, so a crash leaves the database at one version or the
+# next. MIGRATIONS[i] takes version i to i + 1. Append only; never reorder or edit one that
+# has shipped (tests/test_store_schema.py opens a database written before versioning).
+Migration = str | Callable[[sqlite3.Connection], None]
+MIGRATIONS: tuple[Migration, ...] = (SCHEMA,)
+
+
+class SchemaTooNew(RuntimeError):
+    pass
+
+
+def migrate(conn: sqlite3.Connection, path: Path) -> int:
+    """Bring the database to the newest schema version; returns the version it was at."""
+    found = conn.execute("PRAGMA user_version").fetchone()[0]
+    if found > len(MIGRATIONS):
+        raise SchemaTooNew(
+            f"{path} has schema version {found}; this corral knows up to {len(MIGRATIONS)}:"
+            " run a newer corral on it"
+        )
+    for version in range(found + 1, len(MIGRATIONS) + 1):
+        step = MIGRATIONS[version - 1]
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if callable(step):
+                step(conn)
+            else:
+                # Statement by statement: executescript() would commit our transaction first.
+                for statement in _statements(step):
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {version}")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+    return found
+
+
+def _statements(script: str) -> Iterator[str]:
+    statement = ""
+    for line in script.splitlines(keepends=True):
+        statement += line
+        if sqlite3.complete_statement(statement):
+            yield statement
+            statement = ""
+    if statement.strip():
+        yield statement
 
 
 # -- records -----------------------------------------------------------------------------------
@@ -232,10 +286,11 @@ def spec_from_json(text: str) -> JobSpec:
 class Tx:
     """The writes of one transaction. Only `Store.tx()` makes one."""
 
-    __slots__ = ("_cur",)
+    __slots__ = ("_cur", "logged")
 
     def __init__(self, cur: sqlite3.Cursor):
         self._cur = cur
+        self.logged: list[tuple[str, str | None, str | None, str]] = []  # once committed
 
     def insert_job(self, job: JobRow) -> None:
         self._cur.execute(
@@ -293,10 +348,13 @@ class Tx:
     def event(
         self, t: float, event: str, job: str | None = None, project: str | None = None, **data: Any
     ) -> None:
+        text = fastjson.dumps(data, sort_keys=True)
         self._cur.execute(
             "INSERT INTO events (t, event, job, project, data) VALUES (?, ?, ?, ?, ?)",
-            (t, event, job, project, fastjson.dumps(data, sort_keys=True)),
+            (t, event, job, project, text),
         )
+        if log.isEnabledFor(logging.INFO):
+            self.logged.append((event, job, project, text))
 
     def insert_token(self, digest: str, user: str, admin: bool, now: float) -> None:
         self._cur.execute(
@@ -315,7 +373,7 @@ class Store:
     def __init__(self, path: Path):
         self.path = Path(path)
         self._writer = self._connect()
-        self._writer.executescript(SCHEMA)
+        self.migrated_from = migrate(self._writer, self.path)
         # Checkpoints (copying the WAL into the database, with an fsync) are taken by
         # `checkpoint()` from the control loop, off the request path, instead of by whichever
         # commit happens to cross the WAL size threshold.
@@ -346,12 +404,16 @@ class Store:
     def tx(self) -> Iterator[Tx]:
         cur = self._writer.cursor()
         cur.execute("BEGIN IMMEDIATE")
+        tx = Tx(cur)
         try:
-            yield Tx(cur)
+            yield tx
         except BaseException:
             cur.execute("ROLLBACK")
             raise
         cur.execute("COMMIT")
+        # One log line per job event, written only once it is committed.
+        for event, job, project, data in tx.logged:
+            log.info("%s job=%s project=%s %s", event, job or "-", project or "-", data)
 
     def _read(self) -> sqlite3.Connection:
         conn = getattr(self._readers, "conn", None)
