@@ -51,6 +51,12 @@ def _quota(snap: Snapshot, job: Job) -> str | None:
         return (
             f"needs {job.demand} {job.accelerator}; project {job.project} is limited to {limit:g}"
         )
+    cap = snap.quota.interactive_limits.get(job.project, {}).get(job.accelerator)
+    if job.interactive and cap is not None and job.demand > cap:
+        return (
+            f"needs {job.demand} {job.accelerator}; project {job.project}'s interactive jobs"
+            f" are limited to {cap}"
+        )
     guarantee = snap.guarantee_of(job.project, job.accelerator)
     if not job.preemptible and job.demand > guarantee + 1e-9:
         return (

@@ -28,6 +28,7 @@ class Job:
     attained: float = 0.0  # accelerator-seconds already received (LAS)
     wait_since: float = 0.0  # when the job last became pending (submit or preemption)
     preemptions: int = 0
+    interactive: bool = False  # counts against the project's interactive limit, if any
     # Derived from resources once: read in every inner loop of a cycle.
     demand: int = field(init=False)  # accelerators in all
     accelerator: str = field(init=False)

@@ -47,8 +47,12 @@ def blocked(cycle: Cycle, job: Job, long: bool = True) -> Reason:
 
 def limit(cycle: Cycle, job: Job) -> Reason | None:
     """Hard caps that hold whatever the free capacity: project_limits, non-preemptible jobs."""
-    if job.preemptible and job.project not in cycle.snap.quota.limits:
+    if job.preemptible and not job.interactive and job.project not in cycle.snap.quota.limits:
         return None  # the common case, asked for every job a cycle looks at
+    if job.interactive:
+        capped = interactive_limit(cycle, job)
+        if capped is not None:
+            return capped
     held = cycle.held(job.project, job.accelerator)
     cap = cycle.snap.limit_of(job.project, job.accelerator)
     if held + job.demand > cap:
@@ -65,6 +69,28 @@ def limit(cycle: Cycle, job: Job) -> Reason | None:
             f" holds {held} of its {g:g} {job.accelerator}, this job needs {job.demand}",
         )
     return None
+
+
+def interactive_limit(cycle: Cycle, job: Job) -> Reason | None:
+    """[project_interactive_limits]: what the project's interactive jobs may hold together.
+    Counted over the running jobs (interactive jobs are few; only they pay for the count)."""
+    cap = cycle.snap.quota.interactive_limits.get(job.project, {}).get(job.accelerator)
+    if cap is None:
+        return None
+    held = sum(
+        run.job.demand
+        for run in cycle.running_after()
+        if run.job.interactive
+        and run.job.project == job.project
+        and run.job.accelerator == job.accelerator
+    )
+    if held + job.demand <= cap:
+        return None
+    return Reason(
+        "limit",
+        f"project {job.project}'s interactive jobs hold {held} of their limit {cap}"
+        f" {job.accelerator}; this job needs {job.demand} more",
+    )
 
 
 def reserved(job: Job, holder: Job) -> Reason:

@@ -6,7 +6,15 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    model_validator,
+)
 
 from corral.formats._common import (
     Count,
@@ -70,6 +78,20 @@ def _env(value: Any) -> dict[str, str]:
     return out
 
 
+_TEMPLATE = re.compile(r"[a-z][-a-z0-9_]{0,62}")
+
+
+def _template(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _TEMPLATE.fullmatch(value):
+        raise ValueError(
+            "must be a template name (jupyter, tensorboard, ssh, shell or one of the admin's):"
+            f" lowercase letters, digits, '-' and '_', got {show(value)}"
+        )
+    return value
+
+
 class ResourcesModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -93,6 +115,24 @@ class JobModel(BaseModel):
     preemptible: StrictBool = True
     max_runtime: OptionalPositiveDuration = None
     kind: Literal["batch", "interactive"] = "batch"
+    template: Annotated[str | None, BeforeValidator(_template)] = None
+    idle_timeout: OptionalPositiveDuration = None
+
+    @model_validator(mode="after")
+    def _interactive(self) -> JobModel:
+        """An interactive job is one worker; it is not preemptible unless it says so."""
+        if self.template is not None and "kind" not in self.model_fields_set:
+            self.kind = "interactive"
+        if self.kind != "interactive":
+            for key in ("template", "idle_timeout"):
+                if getattr(self, key) is not None:
+                    raise ValueError(f"{key}: only for interactive jobs (kind: interactive)")
+            return self
+        if self.resources.workers * self.resources.slices != 1:
+            raise ValueError("resources: an interactive job is one worker (workers: 1, slices: 1)")
+        if "preemptible" not in self.model_fields_set:
+            self.preemptible = False
+        return self
 
     def to_spec(self) -> JobSpec:
         return JobSpec(
@@ -106,6 +146,8 @@ class JobModel(BaseModel):
             preemptible=self.preemptible,
             max_runtime=self.max_runtime,
             kind=self.kind,
+            template=self.template,
+            idle_timeout=self.idle_timeout,
         )
 
 

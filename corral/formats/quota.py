@@ -19,8 +19,8 @@ from corral.formats._common import (
     show,
     validate,
 )
-from corral.formats.durations import Duration
-from corral.formats.types import FormatError, Quota, SchedulerConfig
+from corral.formats.durations import Duration, OptionalPositiveDuration
+from corral.formats.types import FormatError, InteractiveConfig, Quota, SchedulerConfig
 
 _DEFAULT = SchedulerConfig()
 
@@ -112,6 +112,20 @@ class SchedulerModel(_Strict):
         return replace(base, **changes)
 
 
+_INTERACTIVE = InteractiveConfig()
+
+
+class InteractiveModel(_Strict):
+    """[interactive]: defaults and caps for interactive jobs (docs/interactive.md)."""
+
+    max_runtime: OptionalPositiveDuration = _INTERACTIVE.max_runtime
+    max_runtime_limit: OptionalPositiveDuration = _INTERACTIVE.max_runtime_limit
+    idle_timeout: OptionalPositiveDuration = _INTERACTIVE.idle_timeout
+
+    def to_config(self) -> InteractiveConfig:
+        return InteractiveConfig(self.max_runtime, self.max_runtime_limit, self.idle_timeout)
+
+
 class QuotaModel(_Strict):
     toml_schema: SchemaModel = Field(alias="toml-schema")
     total_resources: Any = None  # a table or tiers; validated by _total_resources
@@ -123,6 +137,8 @@ class QuotaModel(_Strict):
     priority_classes: dict[str, StrictInt] = Field(default_factory=dict)
     admins: AdminsModel = Field(default_factory=AdminsModel)
     scheduler: SchedulerModel = Field(default_factory=SchedulerModel)
+    project_interactive_limits: dict[str, dict[str, Limit]] = Field(default_factory=dict)
+    interactive: InteractiveModel = Field(default_factory=InteractiveModel)
 
 
 _TIER = TypeAdapter(dict[str, Amount])
@@ -148,7 +164,7 @@ def _total_resources(raw: Any, source: str) -> dict[str, int] | None:
 def _check_projects(model: QuotaModel, source: str) -> None:
     """Shares and limits only for projects with a membership entry (the bastion needs it)."""
     known = ", ".join(sorted(model.project_membership)) or "none"
-    for table in ("project_resources", "project_limits"):
+    for table in ("project_resources", "project_limits", "project_interactive_limits"):
         for project in getattr(model, table):
             if project not in model.project_membership:
                 raise LocatedError(
@@ -218,6 +234,8 @@ def _build(doc: dict[str, Any], source: str) -> Quota:
         priority_classes=dict(model.priority_classes),
         admins=tuple(model.admins.users),
         scheduler=model.scheduler.apply(),
+        interactive_limits={p: dict(v) for p, v in model.project_interactive_limits.items()},
+        interactive=model.interactive.to_config(),
     )
 
 

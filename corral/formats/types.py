@@ -45,6 +45,8 @@ class JobSpec:
     preemptible: bool = True
     max_runtime: float | None = None  # seconds
     kind: str = "batch"  # batch | interactive
+    template: str | None = None  # interactive: the template the command came from
+    idle_timeout: float | None = None  # interactive: cancelled after this long idle (seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +66,16 @@ class SchedulerConfig:
     options: dict[str, object] = field(default_factory=dict)  # policy-specific knobs
 
 
+@dataclass(frozen=True, slots=True)
+class InteractiveConfig:
+    """[interactive] of a quota file: what interactive jobs get when they ask for nothing,
+    and the most they may ask for."""
+
+    max_runtime: float | None = 8 * 3600.0  # default for an interactive job that gives none
+    max_runtime_limit: float | None = None  # the longest an interactive job may ask for
+    idle_timeout: float | None = 3600.0  # default idle timeout; None: never culled
+
+
 @dataclass(frozen=True)  # no slots: cached_property keeps compiled patterns in __dict__
 class Quota:
     """The AXLearn bastion quota file plus corral's optional extensions."""
@@ -75,6 +87,9 @@ class Quota:
     priority_classes: dict[str, int] = field(default_factory=dict)
     admins: tuple[str, ...] = ()
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    # project -> type -> most accelerators its interactive jobs may hold together
+    interactive_limits: dict[str, dict[str, int]] = field(default_factory=dict)
+    interactive: InteractiveConfig = field(default_factory=InteractiveConfig)
 
     @cached_property
     def _patterns(self) -> dict[str, tuple[re.Pattern[str], ...]]:

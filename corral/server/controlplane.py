@@ -126,6 +126,7 @@ def core_job(row: JobRow) -> Job:
         attained=row.attained,
         wait_since=row.wait_since,
         preemptions=row.preemptions,
+        interactive=spec.kind == "interactive",
     )
 
 

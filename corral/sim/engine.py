@@ -280,6 +280,7 @@ def _core_job(sj: ScenarioJob, quota: Quota) -> Job:
         max_runtime=spec.max_runtime,
         duration=sj.duration,
         wait_since=sj.submit,
+        interactive=spec.kind == "interactive",
     )
 
 
