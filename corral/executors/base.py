@@ -129,6 +129,7 @@ class AttemptExit:
     exit_code: int | None
     worker_codes: list[int | None]  # None: the worker never started or was never reaped
     finished_at: float  # wall clock
+    message: str = ""  # why, when the supervisor itself could not run the gang
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -142,6 +143,7 @@ class AttemptExit:
             exit_code=data["exit_code"],
             worker_codes=list(data["worker_codes"]),
             finished_at=data["finished_at"],
+            message=data.get("message", ""),
         )
 
 

@@ -115,7 +115,7 @@ class Supervisor:
                     env=env,
                     start_new_session=True,
                 )
-            except OSError as err:
+            except (OSError, ValueError, subprocess.SubprocessError) as err:
                 # The worker's log is where its user will look for why it did not run.
                 out.write(f"corral: cannot start {argv[0]!r}: {err}\n".encode())
                 self.codes[index] = SPAWN_FAILED
@@ -303,18 +303,32 @@ def main(argv: list[str] | None = None) -> int:
     if run.file("status.json").exists():
         log.info("attempt already has a status; nothing to do")
         return 0
-    launch = Launch.from_dict(read_json(run.file("launch.json")))
-    # terminate() may have run before our handler existed; its request is on disk.
-    signals.stop_requested |= run.file("stop.json").exists()
-    supervisor = Supervisor(run, launch, signals)
+    refs: list[ProcessRef] = []
     try:
+        launch = Launch.from_dict(read_json(run.file("launch.json")))
+        # terminate() may have run before our handler existed; its request is on disk.
+        signals.stop_requested |= run.file("stop.json").exists()
+        supervisor = Supervisor(run, launch, signals)
+        refs = supervisor.refs
         supervisor.supervise()
-    except BaseException:
-        # Without us nobody would ever reap or stop them; poll() will report the attempt lost.
+    except Exception as err:
+        # Without us nobody would ever reap or stop them. Recorded as a failure with the
+        # reason (it counts against max_restarts), not left to be found "lost" and requeued
+        # forever.
         log.exception("supervisor failed; killing the gang")
-        kill_groups(supervisor.refs, signal.SIGKILL)
-        raise
+        kill_groups(refs, signal.SIGKILL)
+        record_failure(run, f"the supervisor failed: {type(err).__name__}: {err}")
+        return 1
     return 0
+
+
+def record_failure(run: RunDir, message: str) -> None:
+    launch = read_json(run.file("launch.json")) or {}
+    workers = len(launch.get("workers", []))
+    result = AttemptExit(
+        run.job_id, run.attempt, FAILED, None, [None] * workers, time.time(), message
+    )
+    write_json_atomic(run.file("status.json"), result.to_dict())
 
 
 if __name__ == "__main__":

@@ -30,6 +30,10 @@ from corral.formats.durations import OptionalPositiveDuration
 from corral.formats.types import JobSpec, Resources
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+# Gang restarts a job may ask for: a job that failed this often is not going to succeed, and
+# each restart holds its accelerators again (Slurm caps requeues too: MaxBatchRequeue).
+MAX_RESTARTS = 100
+_NUL = "\0"  # execve and environ end a string at a NUL: no process could receive it
 
 
 def _dns_label(value: Any) -> str:
@@ -51,8 +55,12 @@ def _priority(value: Any) -> int | str:
 
 def _command(value: Any) -> str | tuple[str, ...]:
     if isinstance(value, str) and value.strip():
+        if _NUL in value:
+            raise ValueError("must not contain a NUL byte (no process can be given one)")
         return value
     if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        if any(_NUL in v for v in value):
+            raise ValueError("arguments must not contain a NUL byte (no process can be given one)")
         return tuple(value)
     raise ValueError(
         f"must be a string (run by /bin/sh -c) or a list of strings (argv), got {show(value)}"
@@ -64,9 +72,9 @@ def _env(value: Any) -> dict[str, str]:
         raise ValueError(f"must be a mapping of variable names to strings, got {show(value)}")
     out = {}
     for key, val in value.items():
-        if not isinstance(key, str) or not key or "=" in key or "\0" in key:
+        if not isinstance(key, str) or not key or "=" in key or _NUL in key:
             raise ValueError(
-                f"variable names must be non-empty strings without '=', got {show(key)}"
+                f"variable names must be non-empty strings without '=' or NUL, got {show(key)}"
             )
         # YAML 1.1 reads on/off/yes/no as booleans: refuse rather than guess the spelling.
         if isinstance(val, bool) or not isinstance(val, str | int | float):
@@ -74,6 +82,8 @@ def _env(value: Any) -> dict[str, str]:
                 f"{key} must be a string or a number (quote it: YAML reads yes/no/on/off/true/false"
                 f" as booleans), got {show(val)}"
             )
+        if isinstance(val, str) and _NUL in val:
+            raise ValueError(f"{key} must not contain a NUL byte (no process can be given one)")
         out[key] = val if isinstance(val, str) else str(val)
     return out
 
@@ -111,7 +121,7 @@ class JobModel(BaseModel):
     command: Annotated[str | tuple[str, ...], BeforeValidator(_command)] = ()
     priority: Annotated[int | str, BeforeValidator(_priority)] = 0
     env: Annotated[dict[str, str], BeforeValidator(_env)] = Field(default_factory=dict)
-    max_restarts: Annotated[StrictInt, Field(ge=0)] = 0
+    max_restarts: Annotated[StrictInt, Field(ge=0, le=MAX_RESTARTS)] = 0
     preemptible: StrictBool = True
     max_runtime: OptionalPositiveDuration = None
     kind: Literal["batch", "interactive"] = "batch"

@@ -7,6 +7,7 @@ unless the whole request is accepted.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from typing import Annotated, Any
 
@@ -14,9 +15,9 @@ from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
-from corral.formats.jobspec import parse_jobspec
+from corral.formats.jobspec import MAX_RESTARTS, parse_jobspec
 from corral.formats.types import FormatError
 from corral.server import fastjson
 from corral.server.auth import Principal, digest, token_id
@@ -30,13 +31,13 @@ log = logging.getLogger("corral.server")
 JOB_STATES = ("pending", "running", "succeeded", "failed", "cancelled")
 _PLACEHOLDER_NAME = "unnamed"  # lets a spec without a name parse; the job id replaces it
 
+# Runs on any pool: the project and accelerator default to the user's and the pool's own.
 SPEC_EXAMPLE = {
     "name": "llama-sft",
-    "project": "vision",
     "priority": 0,
     "command": "python train.py --lr 3e-4",
     "env": {"WANDB_MODE": "offline"},
-    "resources": {"accelerator": "h100", "per_worker": 8, "workers": 2},
+    "resources": {"per_worker": 1, "workers": 1},
     "max_restarts": 1,
     "max_runtime": "72h",
 }
@@ -46,11 +47,20 @@ _SPEC_SCHEMA = {
     "type": "object",
     "required": ["command"],
     "properties": {
-        "name": {"type": "string", "description": "DNS-1123 label; unique among live jobs"},
+        "name": {
+            "type": "string",
+            "maxLength": 63,
+            "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+            "description": "DNS-1123 label; unique among live jobs; `j` and digits is reserved"
+            " for automatic ids",
+        },
         "project": {"type": "string"},
         "priority": {"oneOf": [{"type": "integer"}, {"type": "string"}]},
         "command": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
-        "env": {"type": "object", "additionalProperties": {"type": "string"}},
+        "env": {
+            "type": "object",
+            "additionalProperties": {"oneOf": [{"type": "string"}, {"type": "number"}]},
+        },
         "resources": {
             "type": "object",
             "properties": {
@@ -61,7 +71,7 @@ _SPEC_SCHEMA = {
                 "exclusive": {"type": "boolean"},
             },
         },
-        "max_restarts": {"type": "integer", "minimum": 0},
+        "max_restarts": {"type": "integer", "minimum": 0, "maximum": MAX_RESTARTS},
         "preemptible": {"type": "boolean"},
         "max_runtime": {"oneOf": [{"type": "number"}, {"type": "string"}]},
         "kind": {"enum": ["batch", "interactive"]},
@@ -78,8 +88,11 @@ _SUBMIT_DOC = {
 
 
 class TokenRequest(BaseModel):
+    # Strict like the job spec: an unknown key or "admin": "yes" is a mistake, not a default.
+    model_config = ConfigDict(extra="forbid")
+
     user: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.@-]+$")
-    admin: bool = False
+    admin: StrictBool = False
 
 
 class TokenCreated(BaseModel):
@@ -138,11 +151,23 @@ async def _who(  # async: pure CPU, so no hop through the thread pool on every r
 def _json_object(body: bytes) -> dict[str, Any]:
     try:
         data = fastjson.loads(body)
+        if _has_huge_float(data):  # orjson reads an integer beyond 64 bits as a float
+            data = json.loads(body)
     except ValueError as err:
         raise Refused(422, f"body: not valid JSON ({err})") from None
     if not isinstance(data, dict):
         raise Refused(422, "body: expected a JSON object (a job spec)")
     return data
+
+
+def _has_huge_float(data: Any) -> bool:
+    if isinstance(data, float):
+        return abs(data) >= 2.0**63
+    if isinstance(data, dict):
+        return any(_has_huge_float(v) for v in data.values())
+    if isinstance(data, list):
+        return any(_has_huge_float(v) for v in data)
+    return False
 
 
 # Module level: FastAPI resolves these (string) annotations against the module's globals.
@@ -161,6 +186,7 @@ def _default_resources(data: dict[str, Any], types: list[str]) -> None:
     data["resources"] = res
 
 
+MAX_INT = 2**63 - 1  # the largest integer SQLite (and a file offset) holds
 MAX_SPEC_BYTES = 1 << 20  # a job spec is a few hundred bytes; refuse anything huge unread
 
 
@@ -393,7 +419,7 @@ def create_app(cp: ControlPlane) -> FastAPI:
     )
     def all_events(
         user: User,
-        after: Annotated[int, Query(ge=0)] = 0,
+        after: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
     ) -> list[dict[str, Any]]:
         if not cp.is_admin(user):
@@ -416,9 +442,9 @@ def create_app(cp: ControlPlane) -> FastAPI:
     def logs(
         user: User,
         job: str,
-        worker: Annotated[int, Query(ge=0)] = 0,
-        attempt: Annotated[int | None, Query(ge=0)] = None,
-        offset: Annotated[int, Query(ge=0)] = 0,
+        worker: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
+        attempt: Annotated[int | None, Query(ge=0, le=MAX_INT)] = None,
+        offset: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
     ) -> Response:
         row = views.find(user, job)
         data, nxt, chosen, done, latest = views.logs(row, worker, attempt, offset)
@@ -443,7 +469,7 @@ def create_app(cp: ControlPlane) -> FastAPI:
 
     @app.get("/v1/nodes", tags=["queue"], responses=_ERRORS)
     def nodes(user: User) -> list[dict[str, Any]]:
-        return views.nodes()
+        return views.nodes(user)
 
     @app.post("/v1/tokens", status_code=201, tags=["admin"], responses=_ERRORS)
     def create_token(user: User, req: TokenRequest) -> TokenCreated:

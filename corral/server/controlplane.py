@@ -22,6 +22,7 @@ exits, and it launches after releasing the lock (`_launch_all`).
 from __future__ import annotations
 
 import logging
+import re
 import signal
 import threading
 import time
@@ -66,6 +67,10 @@ COALESCE = 0.005
 BURST_GAP = 0.02
 CHECKPOINT_INTERVAL = 1.0  # seconds between SQLite WAL checkpoints (store.checkpoint)
 
+
+# Automatic ids and names are j<seq>: a user's name of that form could take the id (and so
+# the name) of the next unnamed job of every user, so such names are refused.
+AUTO_ID = re.compile(r"j[0-9]+")
 
 Submission = tuple[Principal, JobSpec, bool]  # who, parsed spec, whether the name is automatic
 
@@ -161,6 +166,8 @@ def verdict(row: JobRow, attempt: AttemptRow, ex: AttemptExit) -> Verdict:
         return Verdict("failed", "fail", why, data={"exit_code": ex.exit_code, "reason": why})
     code = ex.exit_code
     what = _exit_words(code) if ex.outcome == FAILED else f"the gang stopped ({ex.outcome})"
+    if ex.message:
+        what = ex.message
     if row.restarts < row.spec.max_restarts:
         n = row.restarts + 1
         why = f"{what}; gang restart {n} of {row.spec.max_restarts}"
@@ -492,12 +499,17 @@ class ControlPlane:
         # seq is taken only if the job is stored: ids stay dense
         if auto_name:
             spec = replace(spec, name=f"j{seq}")
+        elif AUTO_ID.fullmatch(spec.name):
+            raise Refused(
+                422,
+                f"name: {spec.name!r} has the form of a job id (j and digits), which is kept for"
+                " automatic ids; choose another name or leave it out",
+            )
         other = batch_names.get(spec.name)
         if other is None and spec.name in self.names:
             other = self.live[self.names[spec.name]]
         if other is not None:
-            taken = f"name {spec.name!r} is taken by live job {other.id} ({other.state})"
-            raise Refused(409, taken)
+            raise Refused(409, self._name_taken(who, spec.name, other))
         now = time.time()
         return JobRow(
             id=f"j{seq}",
@@ -511,6 +523,12 @@ class ControlPlane:
             submitted_at=now,
             wait_since=now,
         )
+
+    def _name_taken(self, who: Principal, name: str, other: JobRow) -> str:
+        """The 409 message: which job holds the name, only to someone who may see that job."""
+        if other.user == who.user or self.is_admin(who):
+            return f"name {name!r} is taken by live job {other.id} ({other.state})"
+        return f"name {name!r} is taken by another user's live job; choose another name"
 
     def cancel(self, who: Principal, job_id: str) -> JobRow:
         with self._lock:

@@ -7,6 +7,7 @@ admins see everything.
 
 from __future__ import annotations
 
+import os
 from collections import Counter, defaultdict
 from typing import Any
 
@@ -210,12 +211,20 @@ class Views:
             "pending_jobs": waiting,
         }
 
-    def nodes(self) -> list[dict[str, Any]]:
+    def nodes(self, who: Principal) -> list[dict[str, Any]]:
+        """Every node and its free devices; the jobs on it only where `who` may see them
+        (their own, their projects' — as the queue shows — or all for admins)."""
         cp = self.cp
+        projects = self._projects(who, None)
         with cp.locked():
             snap = cp.snap
             jobs_on: dict[int, list[str]] = defaultdict(list)
             for job_id, run in snap.running.items():
+                row = cp.live.get(job_id)
+                if projects is not None and (
+                    row is None or (row.project not in projects and row.user != who.user)
+                ):
+                    continue
                 for i in sorted(set(run.nodes)):
                     jobs_on[i].append(job_id)
             free_devices = cp.inventory.free()
@@ -249,12 +258,20 @@ class Views:
         chosen = attempt if attempt is not None else latest
         if chosen is None:
             return b"", offset, live.attempt, live.state not in LIVE_STATES, None
+        if attempt is not None and attempt > max(latest or 0, live.attempt):
+            # live.attempt may not have started yet (a requeued job): `logs -f` waits for it.
+            raise Refused(
+                404, f"attempt: job {row.id} has attempts 0..{max(latest or 0, live.attempt)}"
+            )
         path = cp.executor.log_path(row.id, chosen, worker)
         data = b""
         try:
             with open(path, "rb") as f:
-                f.seek(offset)
-                data = f.read(MAX_LOG_CHUNK)
+                # Past the end is nothing to read; a seek there may be EINVAL (past the
+                # file system's largest file).
+                if offset < os.fstat(f.fileno()).st_size:
+                    f.seek(offset)
+                    data = f.read(MAX_LOG_CHUNK)
         except FileNotFoundError:
             pass
         attempt_live = running is not None and running.attempt == chosen
