@@ -26,6 +26,7 @@ import re
 import signal
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -45,7 +46,7 @@ from corral.executors.base import (
 from corral.formats.types import FormatError, JobSpec, Quota
 from corral.server.auth import Principal, TokenBook
 from corral.server.inventory import Inventory, free_port
-from corral.server.metrics import Metrics
+from corral.server.metrics import Metrics, PoolState, ProjectRow, preempt_reason
 from corral.server.quotafile import DEFAULT_PROJECT, QuotaSource
 from corral.server.store import (
     LIVE_STATES,
@@ -201,7 +202,7 @@ class ControlPlane:
         self._decide = decide
         self._check_admissible = check_admissible
         self.policy = load_policy(self.quota.scheduler)
-        self.metrics = Metrics(store.counts_by_state, self._usage)
+        self.metrics = Metrics(self._pool_state, lambda: self.quota.projects)
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -689,6 +690,7 @@ class ControlPlane:
         self.snap.mark_terminating(row.id)
         self.executor.terminate(row.id, att.attempt, grace=self.quota.scheduler.preempt_grace)
         self.metrics.events.labels("preempt").inc()
+        self.metrics.preempted(row.project, preempt_reason(p.reason, self.quota.scheduler.policy))
 
     # -- exits -----------------------------------------------------------------------------------
 
@@ -729,6 +731,8 @@ class ControlPlane:
         self._release(row.id)
         if v.event:
             self.metrics.events.labels(v.event).inc()
+        if v.event == "preempt":  # not one we asked for: the attempt was lost
+            self.metrics.preempted(row.project, "lost")
         if v.state == "pending":
             self.snap.submit(core_job(row))
         else:
@@ -741,15 +745,50 @@ class ControlPlane:
         self.inventory.release(self.placed.pop(job_id, []))
 
     def _forget(self, row: JobRow) -> None:
+        """The job reached a final state."""
+        self.metrics.finished(row.project, row.state)
         self.live.pop(row.id, None)
         if self.names.get(row.name) == row.id:
             del self.names[row.name]
 
     # -- reads used by views and metrics ----------------------------------------------------------
 
-    def _usage(self) -> dict[str, dict[str, int]]:
+    def _pool_state(self) -> PoolState:
+        by_state = self.store.counts_by_state()
+        now = time.time()
         with self._lock:
-            return {p: dict(c) for p, c in self.snap.usage.items() if c}
+            snap, quota = self.snap, self.quota
+            pending: Counter[tuple[str, str]] = Counter()
+            waiting: Counter[tuple[str, str]] = Counter()
+            for job in snap.pending.jobs.values():
+                pending[job.project, job.accelerator] += job.demand
+                waiting[job.project, job.accelerator] += 1
+            oldest: dict[str, float] = {}
+            for row in self.live.values():
+                if row.state == "pending":
+                    waited = now - row.wait_since
+                    oldest[row.project] = max(oldest.get(row.project, 0.0), waited)
+            projects = sorted(set(quota.projects) | set(snap.usage) | {p for p, _ in pending})
+            types = sorted(set(snap.capacity) | {a for _, a in pending})
+            rows = []
+            for p in projects:
+                limits = quota.limits.get(p, {})
+                for a in types:
+                    guarantee = round(snap.guarantee_of(p, a), 3)
+                    held = snap.held(p, a)
+                    rows.append(
+                        ProjectRow(
+                            p,
+                            a,
+                            guarantee,
+                            limits.get(a, snap.capacity.get(a, 0)),
+                            held,
+                            max(0.0, round(held - guarantee, 3)),
+                            pending[p, a],
+                            waiting[p, a],
+                        )
+                    )
+            return PoolState(by_state, dict(snap.capacity), rows, oldest, projects)
 
     def locked(self) -> threading.RLock:
         return self._lock
