@@ -179,6 +179,13 @@ def up(
     accelerator: Annotated[
         str | None, typer.Option(help="Accelerator type name (default: from the GPU model).")
     ] = None,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            help="Pretend this machine is a pool: a cluster file (node groups with domains) or"
+            " shorthand like 6x4:v5e@2; every worker runs here. For trying out placement.",
+        ),
+    ] = None,
 ) -> None:
     """Run the control plane: store, scheduler loop, local executor and HTTP API."""
     import logging
@@ -197,7 +204,10 @@ def up(
         quota=quota.resolve() if quota else None,
         fake_gpus=fake_gpus,
         accelerator=accelerator,
+        cluster=cluster,
     )
+    if cluster is not None and (fake_gpus is not None or accelerator is not None):
+        fail("--cluster names the nodes and their accelerators: drop --fake-gpus/--accelerator")
     try:
         check_port(host, port)
         server = Server(settings)
@@ -208,14 +218,22 @@ def up(
 
 
 def _announce(server: Any) -> None:
-    node = server.cp.inventory.nodes[0]
+    nodes = server.cp.inventory.nodes
+    node = nodes[0]
     quota = str(server.settings.quota) if server.settings.quota else "everything to 'default'"
     out = Console(stderr=True, highlight=False, soft_wrap=True)
     out.print(
         f"[bold]corral[/] is up at [cyan]{server.url}[/]  (web page: {server.url}/,"
         f" API docs: {server.url}/docs)"
     )
-    out.print(f"  node {node.name}: {node.count} x {node.accelerator}; quota: {quota}")
+    if len(nodes) > 1:
+        domains = len({n.domain for n in nodes})
+        total = sum(n.count for n in nodes)
+        out.print(
+            f"  pool: {len(nodes)} nodes in {domains} domains, {total} accelerators; quota: {quota}"
+        )
+    else:
+        out.print(f"  node {node.name}: {node.count} x {node.accelerator}; quota: {quota}")
     if node.count == 0:
         out.print(
             "  [yellow]no GPUs found (NVML, nvidia-smi): every job will be refused;"
@@ -234,15 +252,12 @@ def _announce(server: Any) -> None:
 
 
 def _spec_from_flags(
-    file: Path | None,
+    spec: dict[str, Any],
     command: list[str] | None,
     flags: dict[str, Any],
     resources: dict[str, Any],
     env: list[str],
 ) -> dict[str, Any]:
-    spec: dict[str, Any] = {}
-    if file is not None:
-        spec = _load_spec_file(file)
     for key, value in flags.items():
         if value is not None:
             spec[key] = value
@@ -266,8 +281,12 @@ def _spec_from_flags(
     return spec
 
 
-def _load_spec_file(file: Path) -> dict[str, Any]:
+def _load_spec_file(file: Path, client: Client) -> dict[str, Any]:
+    """A job spec file as the mapping to send; a JobSet manifest is translated here, where its
+    lines are known, with one line on stderr for each field corral ignores."""
     import yaml
+
+    from corral.formats import FormatError, is_jobset, load_jobset
 
     try:
         data = yaml.safe_load(file.read_text())
@@ -275,9 +294,41 @@ def _load_spec_file(file: Path) -> dict[str, Any]:
         fail(f"cannot read {file}: {err.strerror}")
     except yaml.YAMLError as err:
         fail(f"{file}: not valid YAML/JSON: {str(err).splitlines()[0]}")
+    if is_jobset(data):
+        projects = client.get("/v1/whoami")["projects"]
+        try:
+            data, warnings = load_jobset(file, projects)
+        except FormatError as err:
+            fail(str(err))
+        for warning in warnings:
+            typer.echo(f"corral: {warning}", err=True)
     if not isinstance(data, dict):
         fail(f"{file}: expected a job spec mapping")
     return data
+
+
+# Never sent by --export ALL: the submitter's credentials, and corral's own contract variables.
+_NOT_EXPORTED = ("CORRAL_",)
+
+
+def _exported(export: str | None) -> dict[str, str]:
+    """The submitter's environment to send, in the manner of `sbatch --export`: ALL, NONE, or
+    a comma-separated list of NAME (its current value) and NAME=value, after ALL or alone."""
+    if export is None:
+        return {}
+    out: dict[str, str] = {}
+    for item in export.split(","):
+        name, sep, value = item.partition("=")
+        if item in ("ALL", "NONE"):
+            if item == "ALL":
+                out |= {k: v for k, v in os.environ.items() if not k.startswith(_NOT_EXPORTED)}
+        elif not name or "\0" in item:
+            fail(f"--export: expected ALL, NONE or NAME[=value],... got {export!r}")
+        elif sep:
+            out[name] = value
+        elif name in os.environ:
+            out[name] = os.environ[name]
+    return out
 
 
 def _priority(value: str | None) -> int | str | None:
@@ -309,6 +360,17 @@ def submit(
     env: Annotated[list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE, repeatable.")] = (
         None
     ),
+    export: Annotated[
+        str | None,
+        typer.Option(
+            help="Send your environment, as sbatch --export: ALL, or NAME,NAME=value,..."
+            " (--env and the file's env win over it).",
+        ),
+    ] = None,
+    workdir: Annotated[
+        Path | None,
+        typer.Option(help="Where workers start (default: this directory); must exist on the node."),
+    ] = None,
     url: UrlOpt = DEFAULT_URL,
     token_file: TokenFileOpt = None,
     as_json: JsonOpt = False,
@@ -329,8 +391,15 @@ def submit(
         "slices": slices,
         "exclusive": exclusive,
     }
-    spec = _spec_from_flags(file, command, flags, resources, env or [])
-    job = Client(url, token_file).post("/v1/jobs", spec)
+    client = Client(url, token_file)
+    spec = _load_spec_file(file, client) if file is not None else {}
+    if export is not None:
+        file_env = spec.get("env")
+        spec["env"] = {**_exported(export), **(file_env if isinstance(file_env, dict) else {})}
+    if workdir is not None or not spec.get("workdir"):
+        spec["workdir"] = str((workdir or Path.cwd()).absolute())
+    spec = _spec_from_flags(spec, command, flags, resources, env or [])
+    job = client.post("/v1/jobs", spec)
     if as_json:
         _print_json(job)
     else:

@@ -26,6 +26,7 @@ from corral.formats.types import (
 if TYPE_CHECKING:
     from corral.formats.cluster import load_cluster, parse_cluster, parse_cluster_shorthand
     from corral.formats.durations import parse_duration
+    from corral.formats.jobset import is_jobset, load_jobset, parse_jobset
     from corral.formats.jobspec import load_jobspec, parse_jobspec
     from corral.formats.quota import default_quota, load_quota, parse_quota
     from corral.formats.scenario import load_scenario, parse_scenario
@@ -35,6 +36,9 @@ _LAZY = {
     "parse_cluster": "cluster",
     "parse_cluster_shorthand": "cluster",
     "parse_duration": "durations",
+    "is_jobset": "jobset",
+    "load_jobset": "jobset",
+    "parse_jobset": "jobset",
     "load_jobspec": "jobspec",
     "parse_jobspec": "jobspec",
     "default_quota": "quota",
@@ -54,6 +58,9 @@ __all__ = [
     "ScenarioJob",
     "SchedulerConfig",
     "default_quota",
+    "is_jobset",
+    "load_jobset",
+    "parse_jobset",
     "load_cluster",
     "load_jobspec",
     "load_quota",

@@ -102,6 +102,14 @@ def _template(value: Any) -> str | None:
     return value
 
 
+def _workdir(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.startswith("/") or "\0" in value:
+        raise ValueError(f"must be an absolute path on the node, got {show(value)}")
+    return value
+
+
 class ResourcesModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -143,6 +151,7 @@ class JobModel(BaseModel):
         if "preemptible" not in self.model_fields_set:
             self.preemptible = False
         return self
+    workdir: Annotated[str | None, BeforeValidator(_workdir)] = None
 
     def to_spec(self) -> JobSpec:
         return JobSpec(
@@ -158,6 +167,7 @@ class JobModel(BaseModel):
             kind=self.kind,
             template=self.template,
             idle_timeout=self.idle_timeout,
+            workdir=self.workdir,
         )
 
 

@@ -47,6 +47,7 @@ class JobSpec:
     kind: str = "batch"  # batch | interactive
     template: str | None = None  # interactive: the template the command came from
     idle_timeout: float | None = None  # interactive: cancelled after this long idle (seconds)
+    workdir: str | None = None  # absolute; None: the home directory of the job's account
 
 
 @dataclass(frozen=True, slots=True)

@@ -75,6 +75,7 @@ _SPEC_SCHEMA = {
         "preemptible": {"type": "boolean"},
         "max_runtime": {"oneOf": [{"type": "number"}, {"type": "string"}]},
         "kind": {"enum": ["batch", "interactive"]},
+        "workdir": {"type": "string", "description": "absolute path on the node"},
     },
     "additionalProperties": False,
 }

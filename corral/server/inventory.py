@@ -89,6 +89,12 @@ def local_inventory(
     return Inventory(nodes=(node,), devices={name: tuple(g.index for g in gpus)})
 
 
+def pretend_inventory(nodes: Sequence[Node]) -> Inventory:
+    """A pool of `nodes` (a cluster file's) whose workers all run on this machine, each with
+    pretend device indices: multi-node, multi-domain scheduling tried out on one machine."""
+    return Inventory(nodes=tuple(nodes), devices={n.name: tuple(range(n.count)) for n in nodes})
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port free right now (the job binds it moments later; a race nobody can close)."""
     with socket.socket() as sock:

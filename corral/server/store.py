@@ -257,6 +257,7 @@ def spec_to_json(spec: JobSpec) -> str:
         "preemptible": spec.preemptible,
         "max_runtime": spec.max_runtime,
         "kind": spec.kind,
+        "workdir": spec.workdir,
     }
     return fastjson.dumps(data)
 
@@ -277,6 +278,7 @@ def spec_from_json(text: str) -> JobSpec:
         preemptible=data["preemptible"],
         max_runtime=data["max_runtime"],
         kind=data["kind"],
+        workdir=data.get("workdir"),  # absent in rows stored before workdir existed
     )
 
 

@@ -14,10 +14,11 @@ from pathlib import Path
 import uvicorn
 
 from corral.executors.local import LocalExecutor
+from corral.formats.types import Node
 from corral.server.api import create_asgi
 from corral.server.auth import write_admin_token
 from corral.server.controlplane import ControlPlane
-from corral.server.inventory import local_inventory
+from corral.server.inventory import local_inventory, pretend_inventory
 from corral.server.quotafile import QuotaSource
 from corral.server.store import Store
 
@@ -33,6 +34,7 @@ class Settings:
     fake_gpus: int | None = None
     accelerator: str | None = None
     node_name: str | None = None  # default: this machine's hostname
+    cluster: str | None = None  # a cluster file or shorthand: pretend nodes, all run here
 
 
 class StateDirBusy(RuntimeError):
@@ -66,13 +68,25 @@ def check_port(host: str, port: int) -> None:
             raise OSError(f"cannot listen on {host}:{port}: {err.strerror}") from None
 
 
+def load_pool(cluster: str) -> tuple[Node, ...]:
+    """`--cluster`: a cluster file (node groups), or the simulator's shorthand."""
+    from corral.formats import load_cluster, parse_cluster_shorthand
+
+    if Path(cluster).exists():
+        return load_cluster(cluster)
+    return parse_cluster_shorthand(cluster, "--cluster")
+
+
 def build(settings: Settings) -> ControlPlane:
     # The core is imported here, not at module level, so `corral --help` stays fast.
     from corral.core.admission import check_admissible
     from corral.core.decide import decide
     from corral.policies import load_policy
 
-    inventory = local_inventory(settings.fake_gpus, settings.accelerator, settings.node_name)
+    if settings.cluster is not None:
+        inventory = pretend_inventory(load_pool(settings.cluster))
+    else:
+        inventory = local_inventory(settings.fake_gpus, settings.accelerator, settings.node_name)
     quota = QuotaSource(settings.quota, sorted({n.accelerator for n in inventory.nodes}))
     store = Store(settings.state_dir / "corral.db")
     executor = LocalExecutor(settings.state_dir)

@@ -35,6 +35,7 @@ def _spec_dict(row: JobRow) -> dict[str, Any]:
         "preemptible": spec.preemptible,
         "max_runtime": spec.max_runtime,
         "kind": spec.kind,
+        "workdir": spec.workdir,
     }
 
 
