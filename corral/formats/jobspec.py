@@ -135,6 +135,7 @@ class JobModel(BaseModel):
     kind: Literal["batch", "interactive"] = "batch"
     template: Annotated[str | None, BeforeValidator(_template)] = None
     idle_timeout: OptionalPositiveDuration = None
+    workdir: Annotated[str | None, BeforeValidator(_workdir)] = None
 
     @model_validator(mode="after")
     def _interactive(self) -> JobModel:
@@ -151,7 +152,6 @@ class JobModel(BaseModel):
         if "preemptible" not in self.model_fields_set:
             self.preemptible = False
         return self
-    workdir: Annotated[str | None, BeforeValidator(_workdir)] = None
 
     def to_spec(self) -> JobSpec:
         return JobSpec(
