@@ -1,0 +1,328 @@
+"""The encrypted object format: a fixed header, then segments of AES-256-GCM.
+
+    header   magic(8) version(1) log2(segment size)(1) nonce prefix(7)
+             key id length(1) key id(255, zero-padded) wrapped data key(60)
+    segment  AES-256-GCM(data key, nonce, plaintext segment, aad) = ciphertext || tag(16)
+    nonce    nonce prefix(7) || segment index(4, big-endian) || last-segment flag(1)
+    aad      "corral-crypt/1" || object identity ("bucket/key", or a local path)
+
+Every object has at least one segment (an empty object is one empty, final segment), so a
+ciphertext's length alone gives the plaintext's. The last-segment flag makes truncation at a
+segment boundary fail, the index in the nonce makes reordering fail, the per-object data key and
+the identity in the aad make swapping or moving objects fail. The header is authenticated by the
+key wrap (its bytes are the wrap's associated data), and it has a fixed size so a key rotation
+rewrites it in place. A stream that does not start with the magic is plaintext.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import struct
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+MAGIC = b"\x89CRYPT\r\n"  # the 0x89 keeps text files from ever looking encrypted
+VERSION = 1
+SEGMENT_LOG2 = 20  # 1 MiB
+TAG = 16
+KEY_ID_MAX = 255
+DATA_KEY_SIZE = 32
+WRAPPED_SIZE = 12 + DATA_KEY_SIZE + TAG
+_HEADER = struct.Struct(f">8sBB7sB{KEY_ID_MAX}s{WRAPPED_SIZE}s")
+HEADER_SIZE = _HEADER.size
+_WRAPPED_AT = HEADER_SIZE - WRAPPED_SIZE
+_AAD_PREFIX = b"corral-crypt/1\x00"
+
+
+class CryptError(Exception):
+    """Something about an encrypted object or a key is wrong; the message says what."""
+
+
+class IntegrityError(CryptError):
+    """The ciphertext is not what was written: altered, truncated, reordered, moved or swapped."""
+
+
+class UnknownKeyError(CryptError):
+    """The object names a key this key provider does not hold."""
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    key_id: str
+    nonce_prefix: bytes
+    wrapped_key: bytes
+    segment_log2: int = SEGMENT_LOG2
+    version: int = VERSION
+
+    @property
+    def segment_size(self) -> int:
+        return 1 << self.segment_log2
+
+    def authenticated_part(self) -> bytes:
+        """The header bytes the key wrap authenticates: everything but the wrapped key."""
+        return self.pack()[:_WRAPPED_AT]
+
+    def pack(self) -> bytes:
+        key_id = self.key_id.encode()
+        return _HEADER.pack(
+            MAGIC,
+            self.version,
+            self.segment_log2,
+            self.nonce_prefix,
+            len(key_id),
+            key_id,
+            self.wrapped_key,
+        )
+
+
+def is_encrypted(prefix: bytes) -> bool:
+    return prefix[: len(MAGIC)] == MAGIC
+
+
+def parse_header(data: bytes, what: str) -> Header | None:
+    """The header at the start of `data`, or None when `data` is plaintext."""
+    if not is_encrypted(data):
+        return None
+    if len(data) < HEADER_SIZE:
+        raise IntegrityError(f"{what}: truncated inside its header ({len(data)} bytes)")
+    _, version, log2, prefix, id_len, key_id, wrapped = _HEADER.unpack_from(data)
+    if version != VERSION:
+        raise CryptError(f"{what}: format version {version}; this corral reads version {VERSION}")
+    if not 12 <= log2 <= 30 or id_len > KEY_ID_MAX or any(key_id[id_len:]):
+        raise IntegrityError(f"{what}: the header is malformed (altered?)")
+    try:
+        key_id_text = key_id[:id_len].decode()
+    except UnicodeDecodeError:
+        raise IntegrityError(f"{what}: the header's key id is not text (altered?)") from None
+    return Header(key_id_text, prefix, wrapped, log2, version)
+
+
+def new_header(key_id: str, wrap: Callable[[bytes, bytes], bytes]) -> tuple[Header, bytes]:
+    """A fresh header and its data key; `wrap(data_key, aad)` seals the key under a KEK."""
+    if not key_id or len(key_id.encode()) > KEY_ID_MAX:
+        raise CryptError(f"key id must be 1 to {KEY_ID_MAX} bytes, got {key_id!r}")
+    data_key = AESGCM.generate_key(256)
+    draft = Header(key_id, os.urandom(7), b"\0" * WRAPPED_SIZE)
+    return rewrap(draft, data_key, wrap), data_key
+
+
+def rewrap(header: Header, data_key: bytes, wrap: Callable[[bytes, bytes], bytes]) -> Header:
+    """The header with its data key wrapped anew (by another key id, for a rotation)."""
+    wrapped = wrap(data_key, header.authenticated_part())
+    if len(wrapped) != WRAPPED_SIZE:
+        raise CryptError(f"a wrapped data key must be {WRAPPED_SIZE} bytes, got {len(wrapped)}")
+    return Header(header.key_id, header.nonce_prefix, wrapped, header.segment_log2)
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Where plaintext bytes live in the ciphertext, for one segment size."""
+
+    segment_size: int = 1 << SEGMENT_LOG2
+
+    @property
+    def stride(self) -> int:
+        return self.segment_size + TAG
+
+    def segments(self, plain_size: int) -> int:
+        return max(1, math.ceil(plain_size / self.segment_size))
+
+    def cipher_size(self, plain_size: int) -> int:
+        return HEADER_SIZE + plain_size + TAG * self.segments(plain_size)
+
+    def plain_size(self, cipher_size: int, what: str) -> int:
+        body = cipher_size - HEADER_SIZE
+        full, rest = divmod(body, self.stride)
+        if body < TAG or 0 < rest < TAG:
+            raise IntegrityError(
+                f"{what}: truncated ({cipher_size} bytes is not a whole number of segments)"
+            )
+        return body - TAG * (full + (rest > 0))
+
+    def cipher_span(self, first: int, last: int, plain_size: int) -> tuple[int, int]:
+        """Byte range [start, end) of segments first..last in the ciphertext."""
+        end_plain = min((last + 1) * self.segment_size, plain_size)
+        return HEADER_SIZE + first * self.stride, HEADER_SIZE + end_plain + (last + 1) * TAG
+
+
+_pool: ThreadPoolExecutor | None = None
+
+
+def _parallel(fn: Callable[[int], None], count: int) -> None:
+    """Run fn(0..count-1), on a shared pool when there is more than one: AES-GCM releases the
+    GIL, so segments encrypt on every core."""
+    global _pool
+    if count == 1 or (os.cpu_count() or 1) == 1:
+        for i in range(count):
+            fn(i)
+        return
+    if _pool is None:
+        _pool = ThreadPoolExecutor(min(8, os.cpu_count() or 1), thread_name_prefix="crypt")
+    for future in [_pool.submit(fn, i) for i in range(count)]:
+        future.result()
+
+
+class ObjectCipher:
+    """Seals and opens the segments of one object."""
+
+    def __init__(self, header: Header, data_key: bytes, identity: str) -> None:
+        self.header = header
+        self.identity = identity
+        self.layout = Layout(header.segment_size)
+        self._aead = AESGCM(data_key)
+        self._aad = _AAD_PREFIX + identity.encode()
+
+    def _nonce(self, index: int, last: bool) -> bytes:
+        return self.header.nonce_prefix + struct.pack(">IB", index, last)
+
+    def seal_batch(self, plain: memoryview, out: memoryview, first: int, final: bool) -> int:
+        """Encrypt `plain` (whole segments but for a final short one) as segments first, ...
+        into `out`; returns the ciphertext length. `final`: the batch ends the object."""
+        size, stride = self.layout.segment_size, self.layout.stride
+        count = max(1, math.ceil(len(plain) / size))
+
+        def seal(i: int) -> None:
+            chunk = plain[i * size : (i + 1) * size]
+            last = final and i == count - 1
+            self._aead.encrypt_into(
+                self._nonce(first + i, last),
+                chunk,
+                self._aad,
+                out[i * stride : i * stride + len(chunk) + TAG],
+            )
+
+        _parallel(seal, count)
+        return len(plain) + TAG * count
+
+    def open_batch(
+        self, cipher: memoryview, out: memoryview, first: int, total_segments: int
+    ) -> int:
+        """Decrypt the segments first, ... in `cipher` into `out`; returns the plaintext length."""
+        stride = self.layout.stride
+        count = math.ceil(len(cipher) / stride)
+        if len(cipher) - (count - 1) * stride < TAG:
+            raise self._failure(first + count - 1, total_segments)
+
+        def open_(i: int) -> None:
+            chunk = cipher[i * stride : (i + 1) * stride]
+            index = first + i
+            try:
+                self._aead.decrypt_into(
+                    self._nonce(index, index == total_segments - 1),
+                    chunk,
+                    self._aad,
+                    out[i * (stride - TAG) : i * (stride - TAG) + len(chunk) - TAG],
+                )
+            except InvalidTag:
+                raise self._failure(index, total_segments) from None
+
+        _parallel(open_, count)
+        return len(cipher) - TAG * count
+
+    def _failure(self, index: int, total: int) -> IntegrityError:
+        return IntegrityError(
+            f"{self.identity}: segment {index} of {total} fails authentication: the object was"
+            " altered, truncated or reordered, or it is not this object (moved or swapped)"
+        )
+
+
+BATCH_SEGMENTS = 8  # segments encrypted per batch: the writer's memory is two batches
+
+
+class SegmentWriter:
+    """Encrypts a byte stream segment by segment, handing ciphertext to `sink` as it goes.
+
+    Memory is one batch of plaintext and one of ciphertext, whatever the stream's length. The
+    sink must consume the memoryview it is given before it returns (write or copy it).
+    """
+
+    def __init__(self, cipher: ObjectCipher, sink: Callable[[memoryview], object]) -> None:
+        self.cipher = cipher
+        self.sink = sink
+        size = cipher.layout.segment_size
+        self._plain = bytearray(size * BATCH_SEGMENTS)
+        self._out = bytearray(cipher.layout.stride * BATCH_SEGMENTS)
+        self._fill = 0
+        self._next_segment = 0
+        self.plain_size = 0
+        self.closed = False
+        sink(memoryview(cipher.header.pack()))
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        view = memoryview(data).cast("B")
+        taken = 0
+        while taken < len(view):
+            if self._fill == len(self._plain):
+                # Flushed only once more data comes: the batch holding the end is final.
+                self._flush(final=False)
+            n = min(len(view) - taken, len(self._plain) - self._fill)
+            self._plain[self._fill : self._fill + n] = view[taken : taken + n]
+            self._fill += n
+            taken += n
+        self.plain_size += taken
+        return taken
+
+    def close(self) -> None:
+        if not self.closed:
+            self._flush(final=True)
+            self.closed = True
+
+    def _flush(self, final: bool) -> None:
+        n = self.cipher.seal_batch(
+            memoryview(self._plain)[: self._fill],
+            memoryview(self._out),
+            self._next_segment,
+            final,
+        )
+        self._next_segment += self._fill // self.cipher.layout.segment_size
+        self._fill = 0
+        self.sink(memoryview(self._out)[:n])
+
+
+def encrypt_bytes(cipher: ObjectCipher, data: bytes) -> bytes:
+    parts: list[bytes] = []
+    writer = SegmentWriter(cipher, lambda view: parts.append(bytes(view)))
+    writer.write(data)
+    writer.close()
+    return b"".join(parts)
+
+
+def read_range(
+    cipher: ObjectCipher,
+    fetch: Callable[[int, int], bytes],
+    plain_size: int,
+    start: int,
+    end: int,
+    batch: int = BATCH_SEGMENTS,
+) -> Iterator[bytes]:
+    """Plaintext [start, end) in pieces, decrypting only the segments it covers; `fetch(a, b)`
+    reads ciphertext bytes [a, b). Memory is one batch of segments."""
+    layout = cipher.layout
+    end = min(end, plain_size)
+    total = layout.segments(plain_size)
+    if start >= end:
+        if plain_size == 0:  # still authenticate the single empty segment
+            a, b = layout.cipher_span(0, 0, 0)
+            cipher.open_batch(memoryview(fetch(a, b)), memoryview(bytearray(0)), 0, 1)
+        return
+    first, last = start // layout.segment_size, (end - 1) // layout.segment_size
+    out = bytearray(layout.segment_size * min(batch, last - first + 1))
+    for lo in range(first, last + 1, batch):
+        hi = min(lo + batch - 1, last)
+        a, b = layout.cipher_span(lo, hi, plain_size)
+        data = fetch(a, b)
+        if len(data) != b - a:
+            raise IntegrityError(
+                f"{cipher.identity}: truncated (segments {lo}-{hi} end at byte {a + len(data)},"
+                f" expected {b})"
+            )
+        n = cipher.open_batch(memoryview(data), memoryview(out), lo, total)
+        base = lo * layout.segment_size
+        skip = max(0, start - base)
+        stop = min(n, end - base)
+        yield bytes(memoryview(out)[skip:stop])

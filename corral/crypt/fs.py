@@ -1,0 +1,320 @@
+"""`encrypted::` — an fsspec filesystem that encrypts on the way out and decrypts on the way in.
+
+    fsspec.open("encrypted::s3://bucket/ckpt/step_100/model.pt", "wb",
+                encrypted={"keyring": "~/.corral/keyring"}, s3={"endpoint_url": ...})
+
+It wraps any fsspec filesystem (s3, gcs, file, ...). An object's identity, bound into its
+ciphertext, is its path as the wrapped filesystem names it ("bucket/key", or an absolute local
+path), so copying ciphertext elsewhere makes it unreadable: `cp`/`mv` here re-encrypt. Objects
+without the format's marker are read as they are, so a bucket can be migrated gradually.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from typing import Any
+
+import fsspec
+from fsspec.implementations.chained import ChainedFileSystem
+from fsspec.spec import AbstractBufferedFile
+
+from corral.crypt.codec import Codec
+from corral.crypt.format import (
+    HEADER_SIZE,
+    Header,
+    Layout,
+    ObjectCipher,
+    SegmentWriter,
+    encrypt_bytes,
+    parse_header,
+    read_range,
+)
+
+COPY_CHUNK = 8 << 20
+
+
+class EncryptedFileSystem(ChainedFileSystem):
+    protocol = "encrypted"
+
+    def __init__(
+        self,
+        target_protocol: str | None = None,
+        target_options: dict | None = None,
+        fs: fsspec.AbstractFileSystem | None = None,
+        keyring: str | None = None,
+        bucket_keys: dict[str, str] | None = None,
+        codec: Codec | None = None,
+        fo: str | None = None,  # the chained path fsspec passes along; paths come with calls
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.fs = fs or fsspec.filesystem(target_protocol or "file", **(target_options or {}))
+        self.codec = codec or Codec.from_keyring(keyring, bucket_keys)
+        # path -> (ciphertext size, version tag, header or None): saves a probe per open/ls.
+        self._headers: dict[str, tuple[int, Any, Header | None]] = {}
+
+    @classmethod
+    def _strip_protocol(cls, path):
+        path = fsspec.core.stringify_path(path)
+        if isinstance(path, str) and path.startswith("encrypted://"):
+            path = path[len("encrypted://") :]
+        return path
+
+    def _target(self, path: str) -> str:
+        return self.fs._strip_protocol(self._strip_protocol(path))
+
+    # --- headers ------------------------------------------------------------------------------
+
+    def _header_of(self, path: str, info: dict | None = None) -> tuple[int, Header | None]:
+        """(ciphertext size, header or None for plaintext), read once per object version."""
+        info = info or self.fs.info(path)
+        size, version = info["size"], _version_tag(info)
+        cached = self._headers.get(path)
+        if cached is not None and cached[:2] == (size, version):
+            return size, cached[2]
+        header = parse_header(self.fs.cat_file(path, 0, HEADER_SIZE), path) if size else None
+        self._headers[path] = (size, version, header)
+        return size, header
+
+    def _plain_info(self, info: dict) -> dict:
+        if info.get("type") != "file":
+            return info
+        size, header = self._header_of(info["name"], info)
+        if header is not None:
+            info = {**info, "size": Layout(header.segment_size).plain_size(size, info["name"])}
+        return info
+
+    def _forget(self, path: str) -> None:
+        self._headers.pop(path, None)
+
+    def _before_write(self, path: str) -> None:
+        self._forget(path)
+        if _is_local(self.fs):  # object stores have no directories; a local disk needs them
+            self.fs.makedirs(self.fs._parent(path), exist_ok=True)
+
+    # --- reading ------------------------------------------------------------------------------
+
+    def info(self, path, **kwargs):
+        return self._plain_info(dict(self.fs.info(self._target(path), **kwargs)))
+
+    def ls(self, path, detail=True, **kwargs):
+        entries = self.fs.ls(self._target(path), detail=detail, **kwargs)
+        return [self._plain_info(dict(e)) for e in entries] if detail else entries
+
+    def find(self, path, maxdepth=None, withdirs=False, detail=False, **kwargs):
+        found = self.fs.find(
+            self._target(path), maxdepth=maxdepth, withdirs=withdirs, detail=detail, **kwargs
+        )
+        return {k: self._plain_info(dict(v)) for k, v in found.items()} if detail else found
+
+    def exists(self, path, **kwargs):
+        return self.fs.exists(self._target(path), **kwargs)
+
+    def isdir(self, path):
+        return self.fs.isdir(self._target(path))
+
+    def isfile(self, path):
+        return self.fs.isfile(self._target(path))
+
+    def reader(self, path: str) -> tuple[ObjectCipher | None, int]:
+        """The cipher of an encrypted object (None for plaintext) and its plaintext size."""
+        path = self._target(path)
+        size, header = self._header_of(path)
+        if header is None:
+            return None, size
+        cipher = self.codec.open_cipher(header, path)
+        return cipher, cipher.layout.plain_size(size, path)
+
+    def cat_file(self, path, start=None, end=None, **kwargs):
+        path = self._target(path)
+        cipher, size = self.reader(path)
+        if cipher is None:
+            return self.fs.cat_file(path, start, end, **kwargs)
+        start, end = _resolve(start, end, size)
+        return b"".join(
+            read_range(cipher, lambda a, b: self.fs.cat_file(path, a, b), size, start, end)
+        )
+
+    def _open(self, path, mode="rb", block_size=None, autocommit=True, cache_options=None, **kw):
+        path = self._target(path)
+        if mode == "wb":
+            return EncryptedWriteFile(self, path)
+        if mode != "rb":
+            raise ValueError(f"encrypted files open as 'rb' or 'wb', not {mode!r}")
+        cipher, size = self.reader(path)
+        if cipher is None:
+            return self.fs.open(path, "rb", block_size=block_size, **kw)
+        return EncryptedReadFile(self, path, cipher, size, block_size, cache_options)
+
+    # --- writing ------------------------------------------------------------------------------
+
+    def pipe_file(self, path, value, **kwargs):
+        path = self._target(path)
+        self._before_write(path)
+        self.fs.pipe_file(path, encrypt_bytes(self.codec.new_cipher(path), value), **kwargs)
+
+    def cp_file(self, path1, path2, **kwargs):
+        """Decrypts and re-encrypts: the copy has its own identity and data key."""
+        with self.open(path1, "rb") as src, self.open(path2, "wb") as dst:
+            while chunk := src.read(COPY_CHUNK):
+                dst.write(chunk)
+
+    def rm_file(self, path):
+        self._forget(self._target(path))
+        self.fs.rm_file(self._target(path))
+
+    def rm(self, path, recursive=False, maxdepth=None):
+        paths = path if isinstance(path, list) else [path]
+        for p in paths:
+            self._forget(self._target(p))
+        self.fs.rm([self._target(p) for p in paths], recursive=recursive, maxdepth=maxdepth)
+
+    def mkdir(self, path, create_parents=True, **kwargs):
+        self.fs.mkdir(self._target(path), create_parents=create_parents, **kwargs)
+
+    def makedirs(self, path, exist_ok=False):
+        self.fs.makedirs(self._target(path), exist_ok=exist_ok)
+
+    def rmdir(self, path):
+        self.fs.rmdir(self._target(path))
+
+    def invalidate_cache(self, path=None):
+        self.fs.invalidate_cache(None if path is None else self._target(path))
+
+    # --- keys ---------------------------------------------------------------------------------
+
+    def rekey(self, path: str, key_id: str | None = None) -> bool:
+        """Wrap the object's data key with `key_id` (default: the key its bucket maps to).
+        Only the header changes: in place on a local disk, a streamed copy of the same
+        ciphertext on an object store. False for a plaintext object or one already there."""
+        path = self._target(path)
+        size, header = self._header_of(path)
+        if header is None:
+            return False
+        key_id = key_id or self.codec.policy.key_for(path)
+        if header.key_id == key_id:
+            return False
+        new = self.codec.rotate(header, key_id).pack()
+        self._forget(path)
+        if "file" in _protocols(self.fs):  # in place
+            with open(path, "r+b") as out:
+                out.write(new)
+            return True
+        with self.fs.open(path, "rb") as src:
+            src.seek(HEADER_SIZE)
+            body = [src.read(COPY_CHUNK)]
+            with self.fs.open(path + ".rekey-tmp", "wb") as dst:
+                dst.write(new)
+                while body[0]:
+                    dst.write(body[0])
+                    body[0] = src.read(COPY_CHUNK)
+        self.fs.mv(path + ".rekey-tmp", path)
+        return True
+
+
+def _protocols(fs: fsspec.AbstractFileSystem) -> tuple[str, ...]:
+    proto = fs.protocol
+    return (proto,) if isinstance(proto, str) else tuple(proto)
+
+
+def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    """A local disk, or a directory on one (the gateway's file backend)."""
+    return "file" in _protocols(getattr(fs, "fs", None) or fs)
+
+
+def _version_tag(info: dict) -> Any:
+    for key in ("ETag", "etag", "generation", "mtime", "LastModified", "updated"):
+        if key in info:
+            return info[key]
+    return None
+
+
+def _resolve(start: int | None, end: int | None, size: int) -> tuple[int, int]:
+    """fsspec's range convention: None is an open end, negatives count from the end."""
+    start = 0 if start is None else (max(0, size + start) if start < 0 else start)
+    end = size if end is None else (max(0, size + end) if end < 0 else min(end, size))
+    return start, end
+
+
+class EncryptedReadFile(AbstractBufferedFile):
+    def __init__(self, fs, path, cipher, size, block_size=None, cache_options=None):
+        self.cipher = cipher
+        super().__init__(
+            fs,
+            path,
+            mode="rb",
+            block_size=block_size or 8 * cipher.layout.segment_size,
+            cache_type="readahead",
+            cache_options=cache_options,
+            size=size,
+        )
+
+    def _fetch_range(self, start, end):
+        target = self.fs.fs
+        return b"".join(
+            read_range(
+                self.cipher,
+                lambda a, b: target.cat_file(self.path, a, b),
+                self.size,
+                start,
+                end,
+                batch=64,
+            )
+        )
+
+
+class EncryptedWriteFile(io.BufferedIOBase):
+    """A write-only stream: segments are sealed and handed to the wrapped filesystem's writer
+    as they fill. The object appears whole on close; leaving a `with` block by an exception
+    discards it (on a local disk it is written aside and renamed into place)."""
+
+    def __init__(self, fs: EncryptedFileSystem, path: str) -> None:
+        super().__init__()
+        self.fs, self.path, self.name = fs, path, path
+        fs._before_write(path)
+        self._local = _is_local(fs.fs)
+        self._target = fs.fs.open(path, "wb", **({"autocommit": False} if self._local else {}))
+        self._writer = SegmentWriter(fs.codec.new_cipher(path), self._target.write)
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        if self.closed:
+            raise ValueError("write to a closed file")
+        return self._writer.write(data)
+
+    def tell(self) -> int:
+        return self._writer.plain_size
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            self._writer.close()
+            self._target.close()
+            if self._local:
+                self._target.commit()
+        except BaseException:
+            self.discard()
+            raise
+        finally:
+            super().close()
+
+    def discard(self) -> None:
+        """Drop what was written; an object already at the path stays as it was."""
+        with contextlib.suppress(Exception):
+            if self._local:
+                self._target.close()
+                self._target.discard()
+            elif isinstance(self._target, AbstractBufferedFile):
+                self._target.discard()
+                self._target.closed = True  # so that garbage collection uploads nothing
+        super().close()
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            self.discard()
+        else:
+            self.close()
