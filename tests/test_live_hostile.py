@@ -5,7 +5,15 @@ One `corral up` for the module, driven over real HTTP and through the CLI.
 
 from __future__ import annotations
 
+import contextlib
+import resource
+import socket
+import stat
+import time
+
+import httpx
 import pytest
+from conftest import LiveServer, free_port
 
 pytestmark = pytest.mark.live
 
@@ -150,3 +158,129 @@ def test_token_requests_are_strict(server, body):
         resp = c.post("/v1/tokens", json=body)
         assert resp.status_code == 422, resp.text
         assert all(t["user"] != "x" for t in c.get("/v1/tokens").json())
+
+
+# -- 3. the store stays bounded -------------------------------------------------------------------
+
+
+def test_rejections_record_a_bounded_number_of_events(server, tokens):
+    too_big = {"project": "vision", "command": "true", "resources": {"per_worker": 64}}
+    with server.http(tokens["bob"]) as c:
+        for _ in range(300):
+            assert c.post("/v1/jobs", json=too_big | {"project": "nlp"}).status_code == 422
+    with server.http(server.admin_token) as c:
+        events = c.get("/v1/events", params={"limit": 10000}).json()
+    rejects = [e for e in events if e["event"] == "reject" and e["user"] == "bob"]
+    assert 1 <= len(rejects) <= 60
+
+
+def test_the_wal_is_truncated_under_load(server, tokens):
+    wal = server.state / "corral.db-wal"
+    with server.http(tokens["alice"]) as c:
+        ids = [c.post("/v1/jobs", json=SLEEP | {"priority": -1}).json()["id"] for _ in range(700)]
+        grew = wal.stat().st_size  # about 25 MiB without truncation
+        for job in ids:
+            c.post(f"/v1/jobs/{job}/cancel")
+    deadline = time.monotonic() + 5
+    while wal.stat().st_size > 16 << 20 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert wal.stat().st_size <= 16 << 20, (grew, wal.stat().st_size)
+
+
+# -- 4. the HTTP layer: sizes and times are capped before anything is read ------------------------
+
+
+def raw(server, data: bytes, timeout: float = 5.0) -> bytes:
+    """Send raw bytes, return what comes back until the server closes."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=timeout) as s:
+        with contextlib.suppress(OSError):
+            s.sendall(data)
+        out = b""
+        with contextlib.suppress(OSError):
+            while chunk := s.recv(65536):
+                out += chunk
+        return out
+
+
+def test_a_huge_body_is_refused_before_it_is_read(server):
+    head = b"POST /v1/tokens HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    answer = raw(server, head + b"Content-Length: 314572800\r\n\r\n{")
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    chunk = b"%x\r\n%s\r\n" % (1 << 16, b"x" * (1 << 16))
+    answer = raw(server, head + b"Transfer-Encoding: chunked\r\n\r\n" + chunk * 20)
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+
+
+def test_huge_headers_are_refused(server):
+    t0 = time.monotonic()
+    answer = raw(server, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX: " + b"a" * (8 << 20))
+    assert answer.startswith(b"HTTP/1.1 431"), answer[:200]
+    assert time.monotonic() - t0 < 5
+    with server.http() as c:
+        assert c.get("/healthz").status_code == 200
+
+
+def test_slow_clients_are_timed_out_and_cannot_starve_others(server):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    count = min(1500, hard - 300)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, count + 300), hard))
+    slow = []
+    try:
+        for _ in range(count):
+            s = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+            slow.append(s)
+        deadline = time.monotonic() + 20
+        while True:  # served at once where the fd limit allows, else once the slow time out
+            with contextlib.suppress(httpx.HTTPError, AssertionError):
+                with server.http() as c:
+                    assert c.get("/healthz", timeout=2).status_code == 200
+                break
+            assert time.monotonic() < deadline, "a new client is never served"
+            time.sleep(0.5)
+        slow[0].settimeout(15)
+        assert slow[0].recv(100).startswith(b"HTTP/1.1 408")
+    finally:
+        for s in slow:
+            s.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+# -- 12. browsers: security headers, and only our own Host names ---------------------------------
+
+
+def test_security_headers_and_host_check(server, tokens):
+    with server.http(tokens["alice"]) as c:
+        for path in ("/", "/v1/jobs", "/docs", "/nope"):
+            resp = c.get(path)
+            assert resp.headers["x-content-type-options"] == "nosniff", path
+            assert resp.headers["x-frame-options"] == "DENY", path
+            assert "frame-ancestors 'none'" in resp.headers["content-security-policy"], path
+        assert "'unsafe-inline'" not in c.get("/").headers["content-security-policy"]
+        for host in ("localhost", f"localhost:{server.port}", "127.0.0.1", "[::1]:8642"):
+            assert c.get("/v1/jobs", headers={"Host": host}).status_code == 200, host
+        resp = c.get("/metrics", headers={"Host": f"rebind.example:{server.port}"})
+        assert resp.status_code == 400 and "--allow-host" in resp.json()["detail"]
+        assert "corral_jobs" not in resp.text
+
+
+# -- 7. the state dir is private even if it was made with a looser mode --------------------------
+
+
+def test_a_loose_state_dir_is_made_private_and_extra_hosts_allowed(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir(mode=0o755)
+    state.chmod(0o755)
+    (state / "corral.db").touch(mode=0o644)
+    (state / "corral.db").chmod(0o644)
+    server = LiveServer(state, free_port(), ["--fake-gpus", "1", "--allow-host", "gpu.example"])
+    try:
+        server.start()
+        assert stat.S_IMODE(state.stat().st_mode) == 0o700
+        for name in ("corral.db", "corral.db-wal", "admin.token"):
+            assert stat.S_IMODE((state / name).stat().st_mode) == 0o600, name
+        with server.http() as c:
+            assert c.get("/healthz", headers={"Host": "gpu.example"}).status_code == 200
+            assert c.get("/healthz", headers={"Host": "other.example"}).status_code == 400
+    finally:
+        server.stop()

@@ -169,7 +169,7 @@ def up(
     host: Annotated[str, typer.Option(help="Address to bind; keep loopback unless needed.")] = (
         "127.0.0.1"
     ),
-    port: Annotated[int, typer.Option(help="Port for the API.")] = 8642,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port for the API.")] = 8642,
     quota: Annotated[
         Path | None, typer.Option(help="Quota TOML; reloaded when it changes.")
     ] = None,
@@ -184,6 +184,14 @@ def up(
         typer.Option(
             help="Pretend this machine is a pool: a cluster file (node groups with domains) or"
             " shorthand like 6x4:v5e@2; every worker runs here. For trying out placement.",
+        ),
+    ] = None,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            help="A name clients may reach the API by (repeatable); IP addresses and localhost"
+            " are always accepted, any other Host header is refused (DNS rebinding).",
         ),
     ] = None,
 ) -> None:
@@ -205,6 +213,7 @@ def up(
         fake_gpus=fake_gpus,
         accelerator=accelerator,
         cluster=cluster,
+        allow_hosts=tuple(allow_host or ()),
     )
     if cluster is not None and (fake_gpus is not None or accelerator is not None):
         fail("--cluster names the nodes and their accelerators: drop --fake-gpus/--accelerator")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Query, Request
@@ -22,6 +23,7 @@ from corral.formats.types import FormatError
 from corral.server import fastjson
 from corral.server.auth import Principal, digest, token_id
 from corral.server.controlplane import ControlPlane, Refused, Submission
+from corral.server.httpguard import MAX_BODY_BYTES, HttpGuard
 from corral.server.store import TokenRow
 from corral.server.views import Views
 from corral.server.web import PAGE
@@ -121,6 +123,12 @@ class Refusal(BaseModel):
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": Refusal} for code in (401, 403, 404, 409, 422)
 }
+# Answered by HttpGuard for any path: a Host that is not this server (400), a body over
+# MAX_BODY_BYTES (413).
+_GUARD_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": Refusal, "description": "Host header not accepted, or malformed request"},
+    413: {"model": Refusal, "description": f"body larger than {MAX_BODY_BYTES} bytes"},
+}
 
 
 def _one_line(err: RequestValidationError) -> str:
@@ -188,7 +196,6 @@ def _default_resources(data: dict[str, Any], types: list[str]) -> None:
 
 
 MAX_INT = 2**63 - 1  # the largest integer SQLite (and a file offset) holds
-MAX_SPEC_BYTES = 1 << 20  # a job spec is a few hundred bytes; refuse anything huge unread
 
 
 class Submitter:
@@ -289,25 +296,15 @@ class SubmitFastPath:
             if name == b"authorization":
                 authorization = value.decode("latin-1")
                 break
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > MAX_SPEC_BYTES:
-                status, body = 413, _detail(f"body: larger than {MAX_SPEC_BYTES} bytes")
-                break
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                try:
-                    status, body = await self.submitter.handle(authorization, b"".join(chunks))
-                except Exception:  # a bug or a store failure: logged; the client gets a 500
-                    log.exception("submission failed")
-                    status, body = 500, _detail("internal error; see the corral up log")
-                break
+        # HttpGuard in front has read the whole body, within its size and time limits.
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        try:
+            status, body = await self.submitter.handle(authorization, message.get("body", b""))
+        except Exception:  # a bug or a store failure: logged; the client gets a 500
+            log.exception("submission failed")
+            status, body = 500, _detail("internal error; see the corral up log")
         headers = [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(body)).encode()),
@@ -316,9 +313,10 @@ class SubmitFastPath:
         await send({"type": "http.response.body", "body": body})
 
 
-def create_asgi(cp: ControlPlane) -> SubmitFastPath:
-    """The app `corral up` serves: the FastAPI app with the submit fast path in front."""
-    return SubmitFastPath(create_app(cp))
+def create_asgi(cp: ControlPlane, allowed_hosts: Sequence[str] = ()) -> HttpGuard:
+    """The app `corral up` serves: the FastAPI app with the submit fast path in front, and
+    the HTTP guard (Host check, body limits, security headers) in front of both."""
+    return HttpGuard(SubmitFastPath(create_app(cp)), PAGE, allowed_hosts)
 
 
 def create_app(cp: ControlPlane) -> FastAPI:
@@ -326,6 +324,7 @@ def create_app(cp: ControlPlane) -> FastAPI:
         title="corral",
         version="0.1.0",
         description="Fair-share gang scheduler: submit, watch and cancel jobs on a GPU pool.",
+        responses=_GUARD_ERRORS,
     )
     views = Views(cp)
     submitter = Submitter(cp, views)

@@ -67,6 +67,9 @@ COALESCE = 0.005
 # lock and the GIL from the API, and one per 20 ms decides a burst as well as one per submit.
 BURST_GAP = 0.02
 CHECKPOINT_INTERVAL = 1.0  # seconds between SQLite WAL checkpoints (store.checkpoint)
+REJECT_EVENTS_PER_MINUTE = 60  # per user; further rejections are answered, not recorded
+# A WAL past this size is checkpointed in full and truncated, under the lock (a few ms).
+WAL_TRUNCATE_BYTES = 16 << 20
 
 
 # Automatic ids and names are j<seq>: a user's name of that form could take the id (and so
@@ -214,6 +217,7 @@ class ControlPlane:
         self.attempts: dict[str, AttemptRow] = {}  # job id -> its live attempt
         self.placed: dict[str, list[PlacementRow]] = {}  # job id -> where its workers run
         self.seq = store.max_seq()
+        self._rejects: dict[str, tuple[float, int]] = {}  # user -> (window start, count)
         self._unlaunched: list[Launch] = []  # started in the store, to launch once unlocked
         self.decision = Decision()
         self.snap = self.policy.snapshot(inventory.nodes, self.quota)
@@ -255,6 +259,9 @@ class ControlPlane:
                 if time.monotonic() - last_checkpoint >= CHECKPOINT_INTERVAL:
                     last_checkpoint = time.monotonic()
                     self.store.checkpoint()  # outside the lock: the API keeps committing
+                    if self.store.wal_bytes() > WAL_TRUNCATE_BYTES:
+                        with self._lock:  # no commit may start while the WAL is cut
+                            self.store.truncate_wal()
             except Exception:  # one bad cycle must not stop scheduling; it is retried
                 log.exception("scheduling cycle failed")
                 time.sleep(POLL_INTERVAL)
@@ -441,6 +448,8 @@ class ControlPlane:
                             user=row.user,
                         )
                     for row, why in rejected:
+                        if not self._reject_recorded(row.user, row.submitted_at):
+                            continue
                         tx.event(
                             row.submitted_at,
                             "reject",
@@ -466,6 +475,16 @@ class ControlPlane:
         if rejected:
             self.metrics.events.labels("reject").inc(len(rejected))
         return results
+
+    def _reject_recorded(self, user: str, now: float) -> bool:
+        """Whether this rejection gets an event row: at most REJECT_EVENTS_PER_MINUTE per user
+        and minute, so a client retrying a job that can never run cannot fill the store (every
+        rejection is still answered with its reason and counted in the metrics)."""
+        start, count = self._rejects.get(user, (now, 0))
+        if now - start >= 60.0:
+            start, count = now, 0
+        self._rejects[user] = (start, count + 1)
+        return count < REJECT_EVENTS_PER_MINUTE
 
     def _submit_alone(self, item: Submission) -> JobRow | Refused:
         try:

@@ -13,9 +13,12 @@ thread, which WAL lets run beside the writer.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import sqlite3
+import stat
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -368,12 +371,23 @@ class Tx:
         self._cur.executemany("DELETE FROM tokens WHERE hash = ?", [(d,) for d in digests])
 
 
+def _make_private(db: Path) -> None:
+    """The database and its WAL readable by corral's user alone (specs may carry secrets);
+    SQLite gives the -wal and -shm files the database file's mode."""
+    os.close(os.open(db, os.O_RDWR | os.O_CREAT, 0o600))
+    for path in (db, Path(f"{db}-wal"), Path(f"{db}-shm")):
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_IMODE(path.stat().st_mode) != 0o600:
+                path.chmod(0o600)
+
+
 # -- the store -----------------------------------------------------------------------------------
 
 
 class Store:
     def __init__(self, path: Path):
         self.path = Path(path)
+        _make_private(self.path)
         self._writer = self._connect()
         self.migrated_from = migrate(self._writer, self.path)
         # Checkpoints (copying the WAL into the database, with an fsync) are taken by
@@ -401,6 +415,19 @@ class Store:
         """Copy committed WAL frames into the database file. PASSIVE: never blocks a writer
         or a reader; whatever it cannot copy now, the next call will."""
         self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
+    def wal_bytes(self) -> int:
+        try:
+            return os.stat(f"{self.path}-wal").st_size
+        except FileNotFoundError:
+            return 0
+
+    def truncate_wal(self) -> None:
+        """Checkpoint everything and cut the WAL file to zero bytes. Under steady writes a
+        PASSIVE checkpoint never catches up with the last commit, so the WAL is never reset
+        and only grows; this one waits for readers (busy_timeout) and needs the caller to
+        hold off writers (the control plane's lock)."""
+        self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     @contextmanager
     def tx(self) -> Iterator[Tx]:

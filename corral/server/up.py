@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
+import resource
 import socket
+import stat
 import threading
 import time
 from dataclasses import dataclass
@@ -18,11 +21,14 @@ from corral.formats.types import Node
 from corral.server.api import create_asgi
 from corral.server.auth import write_admin_token
 from corral.server.controlplane import ControlPlane
+from corral.server.httpguard import KEEP_ALIVE, MAX_CONNECTIONS, GuardedHttpTools
 from corral.server.inventory import local_inventory, pretend_inventory
 from corral.server.quotafile import QuotaSource
 from corral.server.store import Store
 
 log = logging.getLogger("corral.server")
+
+FD_RESERVE = 128  # descriptors kept for the store, log files and launching supervisors
 
 
 @dataclass(slots=True)
@@ -35,10 +41,21 @@ class Settings:
     accelerator: str | None = None
     node_name: str | None = None  # default: this machine's hostname
     cluster: str | None = None  # a cluster file or shorthand: pretend nodes, all run here
+    allow_hosts: tuple[str, ...] = ()  # Host header names accepted besides IPs and localhost
 
 
 class StateDirBusy(RuntimeError):
     pass
+
+
+def secure_state_dir(state_dir: Path) -> None:
+    """The state dir holds job specs (their env may carry secrets), logs and the admin token:
+    only corral's user may enter it, even if it was made beforehand with a looser mode."""
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    mode = stat.S_IMODE(state_dir.stat().st_mode)
+    if mode != 0o700:
+        log.warning("state dir %s had mode %04o; set to 0700", state_dir, mode)
+        state_dir.chmod(0o700)
 
 
 def lock_state_dir(state_dir: Path) -> int:
@@ -77,6 +94,18 @@ def load_pool(cluster: str) -> tuple[Node, ...]:
     return parse_cluster_shorthand(cluster, "--cluster")
 
 
+def guarded_protocol() -> type[GuardedHttpTools]:
+    """The HTTP protocol with a connection cap this process's file descriptors can hold:
+    the soft limit raised to the hard one, less room for the store, logs and supervisors."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+    cap = max(16, min(MAX_CONNECTIONS, soft - FD_RESERVE))
+    return type("CorralHttp", (GuardedHttpTools,), {"max_connections": cap})
+
+
 def build(settings: Settings) -> ControlPlane:
     # The core is imported here, not at module level, so `corral --help` stays fast.
     from corral.core.admission import check_admissible
@@ -99,17 +128,21 @@ class Server:
 
     def __init__(self, settings: Settings):
         self.settings = settings
-        settings.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        secure_state_dir(settings.state_dir)
         self._lock_fd = lock_state_dir(settings.state_dir)
         self.cp = build(settings)
         self.token_path = settings.state_dir / "admin.token"
         self.new_token = write_admin_token(self.cp.tokens, self.token_path)
+        protocol = guarded_protocol()
         config = uvicorn.Config(
-            create_asgi(self.cp),
+            create_asgi(self.cp, (settings.host, *settings.allow_hosts)),
             host=settings.host,
             port=settings.port,
             log_level="warning",
             access_log=False,
+            http=protocol,
+            limit_concurrency=protocol.max_connections,
+            timeout_keep_alive=KEEP_ALIVE,
             # The API binds to loopback, or sits behind a TLS proxy whose X-Forwarded-* it
             # has no use for: skip the per-request header rewriting.
             proxy_headers=False,
