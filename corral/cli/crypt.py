@@ -120,3 +120,53 @@ def verify(
     except crypt.CryptError as err:
         fail(str(err), code=1)
     typer.echo(f"{url}: step {manifest['step']}, {len(manifest['objects'])} objects, intact")
+
+
+@app.command("crypt-proxy")
+def crypt_proxy(
+    backend: Annotated[
+        str,
+        typer.Option(help="where objects go: s3://HOST:PORT, s3://HOST:PORT/PREFIX or file:///DIR"),
+    ],
+    keyring: KeyringOption = None,
+    listen: Annotated[str, typer.Option(help="HOST:PORT to serve on")] = "127.0.0.1:9080",
+    domain: Annotated[
+        str, typer.Option(help="virtual-host addressing: BUCKET.DOMAIN names a bucket")
+    ] = "localhost",
+    encryption: Annotated[
+        bool,
+        typer.Option(
+            envvar="CORRAL_CRYPT_PROXY_ENCRYPTION",
+            help="--no-encryption passes bytes through (a baseline to measure against)",
+        ),
+    ] = True,
+) -> None:
+    """An S3 and GCS JSON API gateway that encrypts on the way in and decrypts on the way out.
+
+    Point clients at it: AWS_ENDPOINT_URL=http://LISTEN (boto3, s3fs),
+    STORAGE_EMULATOR_HOST=http://LISTEN (gcsfs, google-cloud-storage).
+    """
+    crypt = _crypt()
+    import uvicorn
+
+    from corral.crypt.gateway import Gateway, backend_filesystem, make_app
+
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit():
+        fail(f"--listen {listen!r}: expected HOST:PORT, e.g. 127.0.0.1:9080")
+    try:
+        store = backend_filesystem(backend)
+        codec = crypt.Codec.from_keyring(keyring) if encryption else None
+    except (ValueError, ImportError, crypt.CryptError) as err:
+        fail(str(err))
+    what = f"encrypting with {codec.provider.source}" if codec else "NOT encrypting"
+    typer.echo(f"corral crypt-proxy: http://{listen} -> {backend}, {what}", err=True)
+    app_ = make_app(Gateway(store, codec, domain))
+    uvicorn.run(
+        app_,
+        host=host,
+        port=int(port),
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=2,
+    )

@@ -284,14 +284,6 @@ class SegmentWriter:
         self.sink(memoryview(self._out)[:n])
 
 
-def encrypt_bytes(cipher: ObjectCipher, data: bytes) -> bytes:
-    parts: list[bytes] = []
-    writer = SegmentWriter(cipher, lambda view: parts.append(bytes(view)))
-    writer.write(data)
-    writer.close()
-    return b"".join(parts)
-
-
 def read_range(
     cipher: ObjectCipher,
     fetch: Callable[[int, int], bytes],

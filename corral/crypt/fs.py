@@ -26,7 +26,6 @@ from corral.crypt.format import (
     Layout,
     ObjectCipher,
     SegmentWriter,
-    encrypt_bytes,
     parse_header,
     read_range,
 )
@@ -73,7 +72,9 @@ class EncryptedFileSystem(ChainedFileSystem):
         cached = self._headers.get(path)
         if cached is not None and cached[:2] == (size, version):
             return size, cached[2]
-        header = parse_header(self.fs.cat_file(path, 0, HEADER_SIZE), path) if size else None
+        header = (
+            parse_header(self.fs.cat_file(path, start=0, end=HEADER_SIZE), path) if size else None
+        )
         self._headers[path] = (size, version, header)
         return size, header
 
@@ -87,11 +88,6 @@ class EncryptedFileSystem(ChainedFileSystem):
 
     def _forget(self, path: str) -> None:
         self._headers.pop(path, None)
-
-    def _before_write(self, path: str) -> None:
-        self._forget(path)
-        if _is_local(self.fs):  # object stores have no directories; a local disk needs them
-            self.fs.makedirs(self.fs._parent(path), exist_ok=True)
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -130,16 +126,18 @@ class EncryptedFileSystem(ChainedFileSystem):
         path = self._target(path)
         cipher, size = self.reader(path)
         if cipher is None:
-            return self.fs.cat_file(path, start, end, **kwargs)
+            return self.fs.cat_file(path, start=start, end=end, **kwargs)
         start, end = _resolve(start, end, size)
         return b"".join(
-            read_range(cipher, lambda a, b: self.fs.cat_file(path, a, b), size, start, end)
+            read_range(
+                cipher, lambda a, b: self.fs.cat_file(path, start=a, end=b), size, start, end
+            )
         )
 
     def _open(self, path, mode="rb", block_size=None, autocommit=True, cache_options=None, **kw):
         path = self._target(path)
         if mode == "wb":
-            return EncryptedWriteFile(self, path)
+            return EncryptedWriteFile(self, path, **kw)
         if mode != "rb":
             raise ValueError(f"encrypted files open as 'rb' or 'wb', not {mode!r}")
         cipher, size = self.reader(path)
@@ -151,8 +149,8 @@ class EncryptedFileSystem(ChainedFileSystem):
 
     def pipe_file(self, path, value, **kwargs):
         path = self._target(path)
-        self._before_write(path)
-        self.fs.pipe_file(path, encrypt_bytes(self.codec.new_cipher(path), value), **kwargs)
+        with EncryptedWriteFile(self, path, **kwargs) as out:
+            out.write(value)
 
     def cp_file(self, path1, path2, **kwargs):
         """Decrypts and re-encrypts: the copy has its own identity and data key."""
@@ -255,7 +253,7 @@ class EncryptedReadFile(AbstractBufferedFile):
         return b"".join(
             read_range(
                 self.cipher,
-                lambda a, b: target.cat_file(self.path, a, b),
+                lambda a, b: target.cat_file(self.path, start=a, end=b),
                 self.size,
                 start,
                 end,
@@ -264,17 +262,46 @@ class EncryptedReadFile(AbstractBufferedFile):
         )
 
 
+class AtomicWriter:
+    """A writer on any fsspec filesystem whose object appears whole on close() and not at all
+    after discard(): a local file is written aside and renamed into place, an object store
+    only creates the object when the upload completes (and discard aborts it)."""
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, path: str, **kwargs: Any) -> None:
+        self._local = _is_local(fs)
+        if self._local:
+            fs.makedirs(fs._parent(path), exist_ok=True)
+            kwargs["autocommit"] = False
+        self._file = fs.open(path, "wb", **kwargs)
+
+    def write(self, data) -> int:
+        return self._file.write(data)
+
+    def close(self) -> None:
+        self._file.close()
+        if self._local:
+            self._file.commit()
+
+    def discard(self) -> None:
+        with contextlib.suppress(Exception):
+            if self._local:
+                self._file.close()
+                self._file.discard()
+            elif isinstance(self._file, AbstractBufferedFile):
+                self._file.discard()
+                self._file.closed = True  # so that garbage collection uploads nothing
+
+
 class EncryptedWriteFile(io.BufferedIOBase):
     """A write-only stream: segments are sealed and handed to the wrapped filesystem's writer
     as they fill. The object appears whole on close; leaving a `with` block by an exception
-    discards it (on a local disk it is written aside and renamed into place)."""
+    discards it, and an object already at the path stays as it was."""
 
-    def __init__(self, fs: EncryptedFileSystem, path: str) -> None:
+    def __init__(self, fs: EncryptedFileSystem, path: str, **kwargs: Any) -> None:
         super().__init__()
-        self.fs, self.path, self.name = fs, path, path
-        fs._before_write(path)
-        self._local = _is_local(fs.fs)
-        self._target = fs.fs.open(path, "wb", **({"autocommit": False} if self._local else {}))
+        self.path = self.name = path
+        fs._forget(path)
+        self._target = AtomicWriter(fs.fs, path, **kwargs)
         self._writer = SegmentWriter(fs.codec.new_cipher(path), self._target.write)
 
     def writable(self) -> bool:
@@ -294,24 +321,16 @@ class EncryptedWriteFile(io.BufferedIOBase):
         try:
             self._writer.close()
             self._target.close()
-            if self._local:
-                self._target.commit()
         except BaseException:
-            self.discard()
+            self._target.discard()
             raise
         finally:
             super().close()
 
     def discard(self) -> None:
-        """Drop what was written; an object already at the path stays as it was."""
-        with contextlib.suppress(Exception):
-            if self._local:
-                self._target.close()
-                self._target.discard()
-            elif isinstance(self._target, AbstractBufferedFile):
-                self._target.discard()
-                self._target.closed = True  # so that garbage collection uploads nothing
-        super().close()
+        if not self.closed:
+            self._target.discard()
+            super().close()
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is not None:
