@@ -386,11 +386,18 @@ def create_app(cp: ControlPlane) -> FastAPI:
         state: Annotated[list[str] | None, Query(description="filter; repeatable")] = None,
         all: Annotated[bool, Query(description="every user's jobs (admins)")] = False,  # noqa: A002
         limit: Annotated[int, Query(ge=1, le=100_000)] = 1000,
+        project: Annotated[list[str] | None, Query(description="filter; repeatable")] = None,
+        owner: Annotated[
+            str | None, Query(alias="user", description="this user's jobs (others': admins)")
+        ] = None,
+        since: Annotated[
+            float | None, Query(ge=0, le=1e11, description="submitted at or after (Unix time)")
+        ] = None,
     ) -> list[dict[str, Any]]:
         for s in state or ():
             if s not in JOB_STATES:
                 raise Refused(422, f"state: {s!r} is not one of {', '.join(JOB_STATES)}")
-        return views.jobs(user, state, all, limit)
+        return views.jobs(user, state, all, limit, user=owner, projects=project, since=since)
 
     @app.get("/v1/jobs/{job}", tags=["jobs"], responses=_ERRORS)
     def show(user: User, job: str) -> dict[str, Any]:
@@ -445,9 +452,12 @@ def create_app(cp: ControlPlane) -> FastAPI:
         worker: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
         attempt: Annotated[int | None, Query(ge=0, le=MAX_INT)] = None,
         offset: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
+        tail: Annotated[
+            int | None, Query(ge=0, le=100_000, description="from the last N lines, not offset")
+        ] = None,
     ) -> Response:
         row = views.find(user, job)
-        data, nxt, chosen, done, latest = views.logs(row, worker, attempt, offset)
+        data, nxt, chosen, done, latest = views.logs(row, worker, attempt, offset, tail)
         state = cp.live.get(row.id, row).state
         headers = {
             "X-Corral-Offset": str(nxt),

@@ -478,10 +478,14 @@ class Store:
         user: str | None = None,
         states: Sequence[str] | None = None,
         projects: Sequence[str] | None = None,
+        since: float | None = None,
         limit: int | None = None,
     ) -> list[JobRow]:
         """Jobs in submission order; with a limit, the most recent `limit` of them."""
         where, args = [], []
+        if since is not None:
+            where.append("submitted_at >= ?")
+            args.append(since)
         if user is not None:
             where.append("user = ?")
             args.append(user)

@@ -137,12 +137,22 @@ class Views:
         return row
 
     def jobs(
-        self, who: Principal, states: list[str] | None, everyone: bool, limit: int
+        self,
+        who: Principal,
+        states: list[str] | None,
+        everyone: bool,
+        limit: int,
+        *,
+        user: str | None = None,
+        projects: list[str] | None = None,
+        since: float | None = None,
     ) -> list[dict[str, Any]]:
         cp = self.cp
-        if everyone and not cp.is_admin(who):
-            raise Refused(403, "only admins may list every user's jobs")
-        rows = cp.store.jobs(user=None if everyone else who.user, states=states, limit=limit)
+        if (everyone or user not in (None, who.user)) and not cp.is_admin(who):
+            raise Refused(403, "only admins may list other users' jobs")
+        if user is None and not everyone:
+            user = who.user
+        rows = cp.store.jobs(user=user, states=states, projects=projects, since=since, limit=limit)
         with cp.locked():
             return [self.job_summary(r) for r in rows]
 
@@ -245,10 +255,11 @@ class Views:
     # -- logs --------------------------------------------------------------------------------------
 
     def logs(
-        self, row: JobRow, worker: int, attempt: int | None, offset: int
+        self, row: JobRow, worker: int, attempt: int | None, offset: int, tail: int | None = None
     ) -> tuple[bytes, int, int, bool, int | None]:
         """(data, next offset, attempt, done, latest attempt): done when this attempt has
-        ended and all of its log has been read, so `logs -f` knows when to move on or stop."""
+        ended and all of its log has been read, so `logs -f` knows when to move on or stop.
+        With `tail`, from the start of the last `tail` lines instead of `offset`."""
         cp = self.cp
         if not 0 <= worker < row.spec.resources.gang:
             raise Refused(422, f"worker: job {row.id} has workers 0..{row.spec.resources.gang - 1}")
@@ -268,9 +279,12 @@ class Views:
         data = b""
         try:
             with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if tail is not None:
+                    offset = _tail_offset(f, size, tail)
                 # Past the end is nothing to read; a seek there may be EINVAL (past the
                 # file system's largest file).
-                if offset < os.fstat(f.fileno()).st_size:
+                if offset < size:
                     f.seek(offset)
                     data = f.read(MAX_LOG_CHUNK)
         except FileNotFoundError:
@@ -280,6 +294,19 @@ class Views:
         may_grow = attempt_live or (live.state == "pending" and chosen == live.attempt)
         done = not may_grow and len(data) < MAX_LOG_CHUNK
         return data, offset + len(data), chosen, done, latest
+
+
+def _tail_offset(f: Any, size: int, lines: int) -> int:
+    """Where the last `lines` lines of the file start, looking back at most MAX_LOG_CHUNK."""
+    start = max(0, size - MAX_LOG_CHUNK)
+    f.seek(start)
+    block = f.read(size - start)
+    end = len(block) - 1 if block.endswith(b"\n") else len(block)  # a last line unfinished
+    for _ in range(lines):
+        end = block.rfind(b"\n", 0, end)
+        if end < 0:
+            return start
+    return start + end + 1 if lines else size
 
 
 def _latest_attempt(cp: ControlPlane, row: JobRow) -> int | None:
