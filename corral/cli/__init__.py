@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Annotated
 
 import typer
 
@@ -12,9 +13,29 @@ app = typer.Typer(
     name="corral",
     help="Fair-share gang scheduler for shared accelerator pools, and its trace simulator.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish
     pretty_exceptions_enable=False,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"corral {version('corral')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print corral's version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Fair-share gang scheduler for shared accelerator pools, and its trace simulator."""
 
 
 def fail(message: str, code: int = 2) -> None:

@@ -8,22 +8,38 @@ CORRAL_TOKEN_FILE), so the CLI can do nothing a user could not do with curl. Hea
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
+from urllib.parse import quote
+
+if TYPE_CHECKING:  # Rich is imported where a command prints with it: startup stays quick
+    from rich.console import Console
+    from rich.table import Table
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from corral.cli import app, fail
+from corral.cli.output import (
+    EXIT_ERROR,
+    EXIT_USAGE,
+    Column,
+    JsonOpt,
+    NoHeadersOpt,
+    OutputOpt,
+    check_format,
+    exit_code,
+    print_json,
+    print_rows,
+)
 
 DEFAULT_URL = "http://127.0.0.1:8642"
 FOLLOW_INTERVAL = 0.5  # seconds between log polls with -f
+WATCH_INTERVAL = 2.0  # seconds between frames of ls --watch
+RESTART_PATIENCE = 300.0  # seconds `logs -f` waits for a restarting `corral up`
 
 UrlOpt = Annotated[
     str, typer.Option("--url", envvar="CORRAL_URL", help="API address (CORRAL_URL).")
@@ -36,7 +52,6 @@ TokenFileOpt = Annotated[
         help="File holding the bearer token (CORRAL_TOKEN_FILE); CORRAL_TOKEN wins if set.",
     ),
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 token_app = typer.Typer(help="Manage API tokens (admins).", no_args_is_help=True)
 app.add_typer(token_app, name="token")
@@ -45,8 +60,17 @@ app.add_typer(token_app, name="token")
 # -- the client ------------------------------------------------------------------------------------
 
 
+class ApiError(Exception):
+    """A request that failed: one line for the user, and the CLI's exit code for it."""
+
+    def __init__(self, message: str, code: int, unreachable: bool = False):
+        super().__init__(message)
+        self.code, self.unreachable = code, unreachable
+
+
 class Client:
-    """httpx with corral's error handling: every failure becomes one line and exit 1."""
+    """httpx with corral's error handling: every failure becomes one line and the exit code
+    of docs/live.md (1 unreachable or failed, 2 bad input, 3 refused, 4 not found)."""
 
     def __init__(self, url: str, token_file: Path | None, need_token: bool = True):
         self.url = url.rstrip("/")
@@ -55,25 +79,36 @@ class Client:
             fail(
                 "no token: set CORRAL_TOKEN, or CORRAL_TOKEN_FILE / --token-file"
                 " (`corral up` writes an admin token to STATE/admin.token)",
-                1,
+                EXIT_USAGE,
             )
-        import httpx  # here, not at the top: it costs ~0.3 s that `--help` should not pay
+        import httpx  # here, not at the top: `--help` should not pay for it
 
         self._httpx = httpx
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=30.0)
+        # Plain http needs no certificates: loading them would cost each call ~30 ms.
+        verify = self.url.startswith("https:")
+        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=30.0, verify=verify)
 
-    def call(self, method: str, path: str, **kw: Any) -> Any:
+    def request(self, method: str, path: str, **kw: Any) -> Any:
+        """The response, or ApiError."""
         httpx = self._httpx
         try:
             resp = self.http.request(method, path, **kw)
         except httpx.ConnectError:
-            fail(f"cannot reach corral at {self.url}: is `corral up` running?", 1)
+            raise ApiError(
+                f"cannot reach corral at {self.url}: is `corral up` running?", EXIT_ERROR, True
+            ) from None
         except httpx.HTTPError as err:
-            fail(f"request to {self.url} failed: {err}", 1)
+            raise ApiError(f"request to {self.url} failed: {err}", EXIT_ERROR, True) from None
         if resp.status_code >= 400:
-            fail(_detail(resp), 1)
+            raise ApiError(_detail(resp), exit_code(resp.status_code))
         return resp
+
+    def call(self, method: str, path: str, **kw: Any) -> Any:
+        try:
+            return self.request(method, path, **kw)
+        except ApiError as err:
+            fail(str(err), err.code)
 
     def get(self, path: str, **params: Any) -> Any:
         clean = {k: v for k, v in params.items() if v is not None}
@@ -92,7 +127,7 @@ def _read_token(path: Path | None) -> str | None:
     try:
         return path.read_text().strip() or None
     except OSError as err:
-        fail(f"cannot read token file {path}: {err.strerror}", 1)
+        fail(f"cannot read token file {path}: {err.strerror}", EXIT_USAGE)
     return None
 
 
@@ -106,12 +141,10 @@ def _detail(resp: Any) -> str:
     return f"{detail} (HTTP {resp.status_code})"
 
 
-def _print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+def _console(**kw: Any) -> Console:
+    from rich.console import Console
 
-
-def _console() -> Console:
-    return Console(highlight=False)
+    return Console(highlight=False, **kw)
 
 
 # -- formatting helpers ----------------------------------------------------------------------------
@@ -230,7 +263,7 @@ def _announce(server: Any) -> None:
     nodes = server.cp.inventory.nodes
     node = nodes[0]
     quota = str(server.settings.quota) if server.settings.quota else "everything to 'default'"
-    out = Console(stderr=True, highlight=False, soft_wrap=True)
+    out = _console(stderr=True, soft_wrap=True)
     out.print(
         f"[bold]corral[/] is up at [cyan]{server.url}[/]  (web page: {server.url}/,"
         f" API docs: {server.url}/docs)"
@@ -290,19 +323,17 @@ def _spec_from_flags(
     return spec
 
 
-def _load_spec_file(file: Path, client: Client) -> dict[str, Any]:
-    """A job spec file as the mapping to send; a JobSet manifest is translated here, where its
-    lines are known, with one line on stderr for each field corral ignores."""
-    import yaml
-
+def _load_spec_file(file: Path, client: Client) -> tuple[dict[str, Any], Any]:
+    """A job spec file as the mapping to send, and its key path -> line map (None for a
+    JobSet manifest, translated here, where its lines are known, with one line on stderr for
+    each field corral ignores)."""
     from corral.formats import FormatError, is_jobset, load_jobset
+    from corral.formats._common import load_yaml, read_text
 
     try:
-        data = yaml.safe_load(file.read_text())
-    except OSError as err:
-        fail(f"cannot read {file}: {err.strerror}")
-    except yaml.YAMLError as err:
-        fail(f"{file}: not valid YAML/JSON: {str(err).splitlines()[0]}")
+        data, lines = load_yaml(read_text(file), str(file))
+    except FormatError as err:
+        fail(str(err))
     if is_jobset(data):
         projects = client.get("/v1/whoami")["projects"]
         try:
@@ -311,9 +342,28 @@ def _load_spec_file(file: Path, client: Client) -> dict[str, Any]:
             fail(str(err))
         for warning in warnings:
             typer.echo(f"corral: {warning}", err=True)
+        lines = None
     if not isinstance(data, dict):
         fail(f"{file}: expected a job spec mapping")
-    return data
+    return data, lines
+
+
+def _at_line(message: str, file: Path | None, lines: Any, overridden: set[str]) -> str:
+    """The server's `job spec: KEY.PATH: what` as `FILE:LINE: KEY.PATH: what` when the key
+    came from the -f file (not from a flag that overrode it)."""
+    import re
+
+    found = re.match(r"job spec: ([\w.-]+): (.*)", message)
+    if file is None or not lines or not found:
+        return message
+    path = found.group(1)
+    loc = tuple(int(k) if k.isdigit() else k for k in path.split("."))
+    if loc[0] in overridden or ".".join(map(str, loc[:2])) in overridden:
+        return message
+    for n in range(len(loc), 0, -1):
+        if loc[:n] in lines:
+            return f"{file}:{lines[loc[:n]]}: {path}: {found.group(2)}"
+    return f"{file}: {path}: {found.group(2)}"
 
 
 # Never sent by --export ALL: the submitter's credentials, and corral's own contract variables.
@@ -380,6 +430,12 @@ def submit(
         Path | None,
         typer.Option(help="Where workers start (default: this directory); must exist on the node."),
     ] = None,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait", help="Wait for the job to end; exit with its exit code (docs/live.md)."
+        ),
+    ] = False,
     url: UrlOpt = DEFAULT_URL,
     token_file: TokenFileOpt = None,
     as_json: JsonOpt = False,
@@ -401,58 +457,138 @@ def submit(
         "exclusive": exclusive,
     }
     client = Client(url, token_file)
-    spec = _load_spec_file(file, client) if file is not None else {}
+    spec, lines = _load_spec_file(file, client) if file is not None else ({}, None)
     if export is not None:
         file_env = spec.get("env")
         spec["env"] = {**_exported(export), **(file_env if isinstance(file_env, dict) else {})}
     if workdir is not None or not spec.get("workdir"):
         spec["workdir"] = str((workdir or Path.cwd()).absolute())
     spec = _spec_from_flags(spec, command, flags, resources, env or [])
-    job = client.post("/v1/jobs", spec)
-    if as_json:
-        _print_json(job)
-    else:
+    try:
+        job = client.request("POST", "/v1/jobs", json=spec).json()
+    except ApiError as err:
+        overridden = {k for k, v in flags.items() if v is not None}
+        overridden |= {f"resources.{k}" for k, v in resources.items() if v is not None}
+        overridden |= {"command"} if command else set()
+        overridden |= {"env"} if env or export else set()
+        fail(_at_line(str(err), file, lines, overridden), err.code)
+    if as_json and not wait:
+        print_json(job)
+        return
+    if not as_json:
         typer.echo(job["id"])
+    if not wait:
+        return
+    final = _wait_for(client, job["id"])
+    if as_json:
+        print_json(final)
+    raise typer.Exit(_job_exit_code(final))
+
+
+def _wait_for(client: Client, job_id: str) -> dict[str, Any]:
+    """The job once it has ended, polled through restarts of the control plane."""
+    path = f"/v1/jobs/{quote(job_id, safe='')}"
+    while True:
+        job = _request_riding_restarts(client, path, {}).json()
+        if job["state"] not in ("pending", "running"):
+            return job
+        time.sleep(FOLLOW_INTERVAL)
+
+
+def _job_exit_code(job: dict[str, Any]) -> int:
+    """0 if it succeeded; else the job's own exit code (128+N for signal N, as shells do),
+    or 1 when it has none (cancelled, lost, never launched). One line on stderr says which."""
+    if job["state"] == "succeeded":
+        return 0
+    code = job["exit_code"]
+    typer.echo(f"corral: job {job['id']} {job['state']}: {job.get('reason') or ''}", err=True)
+    if code is None or code == 0:
+        return 1
+    return 128 - code if code < 0 else min(code, 255)
 
 
 # -- reads -----------------------------------------------------------------------------------------
 
 
+def _gpus(j: dict[str, Any]) -> str:
+    return f"{j['accelerators']}x{j['accelerator']}"
+
+
+def _job_columns(now: float) -> list[Column]:
+    return [
+        Column("ID", lambda j: j["id"]),
+        Column("NAME", lambda j: j["name"]),
+        Column("PROJECT", lambda j: j["project"]),
+        Column("USER", lambda j: j["user"]),
+        Column("STATE", lambda j: j["state"], style=lambda j: _STATE_STYLE.get(j["state"], "")),
+        Column("ATT", lambda j: str(j["attempt"])),
+        Column("GPUS", _gpus),
+        Column("AGE", lambda j: _ago(j["submitted_at"], now)),
+        Column("EXIT", lambda j: "" if j["exit_code"] is None else str(j["exit_code"])),
+        Column("PRIO", lambda j: str(j["priority"]), wide=True),
+        Column("RESTARTS", lambda j: str(j["restarts"]), wide=True),
+        Column("PREEMPTED", lambda j: str(j["preemptions"]), wide=True),
+        Column("RAN", lambda j: _span(j["run_time"]), wide=True),
+        Column("WORKERS", lambda j: str(j["workers"]), wide=True),
+        Column("WHY", _why),
+    ]
+
+
+StateFilter = Annotated[
+    list[str] | None,
+    typer.Option("--state", help="pending, running, succeeded, failed, cancelled; repeatable."),
+]
+ProjectFilter = Annotated[list[str] | None, typer.Option("--project", help="Repeatable.")]
+UserFilter = Annotated[str | None, typer.Option("--user", help="This user's jobs (admins).")]
+EveryoneOpt = Annotated[bool, typer.Option("--all", "-a", help="Every user's jobs (admins).")]
+
+
 @app.command("ls")
 def ls(
-    state: Annotated[list[str] | None, typer.Option("--state", help="Filter, repeatable.")] = None,
-    everyone: Annotated[bool, typer.Option("--all", "-a", help="Every user's jobs (admins).")] = (
-        False
-    ),
+    state: StateFilter = None,
+    project: ProjectFilter = None,
+    user: UserFilter = None,
+    since: Annotated[
+        str | None, typer.Option(help="Submitted since: 2h, 7d, or a date (2026-11-24).")
+    ] = None,
+    everyone: EveryoneOpt = False,
     limit: Annotated[int, typer.Option(help="At most this many, the most recent.")] = 100,
+    watch: Annotated[
+        bool, typer.Option("--watch", "-w", help="Print again every 2 s, until Ctrl-C.")
+    ] = False,
+    output: OutputOpt = None,
+    no_headers: NoHeadersOpt = False,
     url: UrlOpt = DEFAULT_URL,
     token_file: TokenFileOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """List your jobs (oldest first)."""
-    jobs = Client(url, token_file).get("/v1/jobs", state=state, all=everyone, limit=limit)
-    if as_json:
-        _print_json(jobs)
+    """List your jobs (oldest first); -a for everyone's."""
+    from corral.cli.timeargs import parse_time
+
+    fmt = check_format(output, as_json)
+    client = Client(url, token_file)
+    query = {
+        "state": state,
+        "project": project,
+        "user": user,
+        "since": parse_time(since, "--since"),
+        "all": everyone,
+        "limit": limit,
+    }
+    tty = sys.stdout.isatty()
+    try:
+        while True:
+            jobs = client.get("/v1/jobs", **query)
+            if watch and tty:
+                sys.stdout.write("\x1b[H\x1b[2J")  # clear the screen: one frame at a time
+            print_rows(jobs, _job_columns(time.time()), fmt, no_headers, empty="no jobs")
+            if not watch:
+                return
+            sys.stdout.write("" if tty else "\n")  # piped: frames apart by an empty line
+            sys.stdout.flush()
+            time.sleep(WATCH_INTERVAL)
+    except KeyboardInterrupt:
         return
-    table = Table(box=None, header_style="bold")
-    for col in ("ID", "NAME", "PROJECT", "USER", "STATE", "ATT", "GPUS", "AGE", "EXIT", "WHY"):
-        table.add_column(col, overflow="fold" if col == "WHY" else "ellipsis")
-    now = time.time()
-    for j in jobs:
-        exit_code = "" if j["exit_code"] is None else str(j["exit_code"])
-        table.add_row(
-            j["id"],
-            j["name"],
-            j["project"],
-            j["user"],
-            _state(j),
-            str(j["attempt"]),
-            f"{j['accelerators']}x{j['accelerator']}",
-            _ago(j["submitted_at"], now),
-            exit_code,
-            _why(j),
-        )
-    _console().print(table if jobs else "no jobs")
 
 
 @app.command()
@@ -465,7 +601,7 @@ def show(
     """Show one job: state, reason, placement, attempts."""
     data = Client(url, token_file).get(f"/v1/jobs/{job}")
     if as_json:
-        _print_json(data)
+        print_json(data)
         return
     out = _console()
     fields = [
@@ -489,6 +625,8 @@ def show(
         ("started", _when(data["started_at"])),
         ("finished", _when(data["finished_at"])),
     ]
+    from rich.table import Table
+
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
@@ -513,6 +651,8 @@ def _when(t: float | None) -> str:
 
 
 def _attempts_table(attempts: list[dict[str, Any]]) -> Table:
+    from rich.table import Table
+
     table = Table(title="attempts", box=None, header_style="bold", title_justify="left")
     for col in ("#", "STATE", "STARTED", "RAN", "EXIT", "WORKERS (node:gpus)", "NOTE"):
         table.add_column(col)
@@ -537,24 +677,40 @@ def _attempts_table(attempts: list[dict[str, Any]]) -> Table:
 @app.command()
 def logs(
     job: Annotated[str, typer.Argument(help="Job id or name.")],
-    follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing new output.")] = (
-        False
-    ),
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "-f",
+            "--follow",
+            help="Keep printing new output, across restarts of the job and of"
+            " corral up, until the job ends.",
+        ),
+    ] = False,
+    tail: Annotated[
+        int | None, typer.Option("--tail", min=0, max=100_000, help="Start at the last N lines.")
+    ] = None,
     worker: Annotated[int, typer.Option(help="Worker index.")] = 0,
     attempt: Annotated[int | None, typer.Option(help="Attempt (default: the latest).")] = None,
     url: UrlOpt = DEFAULT_URL,
     token_file: TokenFileOpt = None,
 ) -> None:
-    """Print a worker's log; -f follows it, across restarts, until the job ends."""
+    """Print a worker's log; -f follows it until the job ends."""
     client = Client(url, token_file)
     current, offset = attempt, 0
     out = sys.stdout.buffer
+    path = f"/v1/jobs/{quote(job, safe='')}/logs"
     try:
         while True:
             params = {"worker": worker, "offset": offset}
+            if tail is not None:
+                params["tail"], tail = tail, None  # only the first read; then from the offset
             if current is not None:
                 params["attempt"] = current
-            resp = client.call("GET", f"/v1/jobs/{job}/logs", params=params)
+            resp = (
+                _request_riding_restarts(client, path, params)
+                if follow
+                else client.call("GET", path, params=params)
+            )
             out.write(resp.content)
             out.flush()
             offset = int(resp.headers["X-Corral-Offset"])
@@ -580,107 +736,163 @@ def logs(
         return
 
 
+def _request_riding_restarts(client: Client, path: str, params: dict[str, Any]) -> Any:
+    """One GET for `logs -f` or `submit --wait`, waiting out a control plane that is
+    restarting (jobs run on meanwhile) for up to RESTART_PATIENCE seconds."""
+    deadline, said = time.monotonic() + RESTART_PATIENCE, False
+    while True:
+        try:
+            return client.request("GET", path, params=params)
+        except ApiError as err:
+            if not err.unreachable or time.monotonic() > deadline:
+                fail(str(err), err.code)
+            if not said:
+                sys.stderr.write(f"--- {err}; retrying ---\n")
+                said = True
+        time.sleep(FOLLOW_INTERVAL)
+
+
 @app.command()
 def cancel(
-    job: Annotated[str, typer.Argument(help="Job id or name.")],
+    jobs: Annotated[list[str] | None, typer.Argument(help="Job ids or names.")] = None,
+    state: StateFilter = None,
+    project: ProjectFilter = None,
+    user: UserFilter = None,
+    everyone: EveryoneOpt = False,
     url: UrlOpt = DEFAULT_URL,
     token_file: TokenFileOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Cancel a job: dequeue it, or stop all its workers (SIGTERM, grace, SIGKILL)."""
-    data = Client(url, token_file).post(f"/v1/jobs/{job}/cancel")
-    if data["state"] == "cancelled":
-        typer.echo(f"cancelled {data['id']}")
-    else:
-        typer.echo(f"cancelling {data['id']}: its workers are being stopped")
+    """Cancel jobs: dequeue them, or stop all their workers (SIGTERM, grace, SIGKILL).
+
+    Name the jobs, or pick them as `ls` would: `cancel --project vision --state pending`
+    cancels your pending jobs in vision (-a: everyone's, for admins)."""
+    picked = bool(state or project or user or everyone)
+    if bool(jobs) == picked:
+        fail("cancel what? name jobs (JOB...) or pick them with --state/--project/--user/--all")
+    live = ("pending", "running")
+    for s in state or ():
+        if s not in live:
+            fail(f"--state: only live jobs can be cancelled ({', '.join(live)}), not {s!r}")
+    client = Client(url, token_file)
+    if picked:
+        found = client.get(
+            "/v1/jobs",
+            state=state or list(live),
+            project=project,
+            user=user,
+            all=everyone,
+            limit=100_000,
+        )
+        jobs = [j["id"] for j in found]
+    done, worst = [], 0
+    for ref in jobs or ():
+        try:
+            data = client.request("POST", f"/v1/jobs/{quote(ref, safe='')}/cancel").json()
+        except ApiError as err:
+            typer.echo(f"corral: error: {ref}: {err}", err=True)
+            worst = worst or err.code  # the first failure's code; the rest still go ahead
+            continue
+        done.append(data)
+        if not as_json:
+            if data["state"] == "cancelled":
+                typer.echo(f"cancelled {data['id']}")
+            else:
+                typer.echo(f"cancelling {data['id']} (stopping its workers)")
+    if as_json:
+        print_json(done)
+    elif picked and not jobs:
+        typer.echo("no live job matches", err=True)
+    if worst:
+        raise typer.Exit(worst)
 
 
 @app.command()
 def queue(
     project: Annotated[str | None, typer.Option(help="Only this project.")] = None,
+    output: OutputOpt = None,
+    no_headers: NoHeadersOpt = False,
     url: UrlOpt = DEFAULT_URL,
     token_file: TokenFileOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Pending jobs of your projects: position in the project's queue, and why they wait."""
+    fmt = check_format(output, as_json)
     jobs = Client(url, token_file).get("/v1/queue", project=project)
-    if as_json:
-        _print_json(jobs)
-        return
-    table = Table(box=None, header_style="bold")
-    for col in ("POS", "PROJECT", "ID", "NAME", "USER", "PRIO", "GPUS", "WAIT", "REASON"):
-        table.add_column(col, overflow="fold" if col == "REASON" else "ellipsis")
     now = time.time()
-    for j in jobs:
-        table.add_row(
-            str(j["position"]),
-            j["project"],
-            j["id"],
-            j["name"],
-            j["user"],
-            str(j["priority"]),
-            f"{j['accelerators']}x{j['accelerator']}",
-            _ago(j["submitted_at"], now),
-            f"{j['reason_code']}: {j['reason']}",
-        )
-    _console().print(table if jobs else "the queue is empty")
+    columns = [
+        Column("POS", lambda j: str(j["position"])),
+        Column("PROJECT", lambda j: j["project"]),
+        Column("ID", lambda j: j["id"]),
+        Column("NAME", lambda j: j["name"]),
+        Column("USER", lambda j: j["user"]),
+        Column("PRIO", lambda j: str(j["priority"])),
+        Column("GPUS", _gpus),
+        Column("WAIT", lambda j: _ago(j["submitted_at"], now)),
+        Column("WORKERS", lambda j: str(j["workers"]), wide=True),
+        Column("REASON", lambda j: f"{j['reason_code']}: {j['reason']}"),
+    ]
+    print_rows(jobs, columns, fmt, no_headers, empty="the queue is empty")
 
 
 @app.command()
 def quota(
+    output: OutputOpt = None,
+    no_headers: NoHeadersOpt = False,
     url: UrlOpt = DEFAULT_URL,
     token_file: TokenFileOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Per project: guarantee, in use, borrowed, pending."""
+    """Per project and accelerator: guarantee, in use, borrowed, limit, pending."""
+    fmt = check_format(output, as_json)
     data = Client(url, token_file).get("/v1/quota")
-    if as_json:
-        _print_json(data)
+    if fmt == "json":
+        print_json(data)
         return
-    table = Table(box=None, header_style="bold")
-    for col in ("PROJECT", "TYPE", "GUARANTEE", "IN USE", "BORROWED", "LIMIT", "PENDING"):
-        table.add_column(col, justify="left" if col in ("PROJECT", "TYPE") else "right")
-    for p in data["projects"]:
-        for t in sorted(p["guarantee"]):
-            table.add_row(
-                p["project"],
-                t,
-                f"{p['guarantee'][t]:g}",
-                str(p["in_use"][t]),
-                f"{p['borrowed'][t]:g}",
-                str(p["limit"].get(t, "-")),
-                f"{p['pending'][t]} ({p['pending_jobs']} jobs)",
-            )
-    cap = ", ".join(f"{n} {t}" for t, n in data["capacity"].items()) or "none"
-    out = _console()
-    out.print(f"capacity: {cap}; policy {data['policy']}, preempt grace {data['preempt_grace']:g}s")
-    out.print(table)
+    rows = [
+        {
+            "project": p["project"],
+            "type": t,
+            "guarantee": f"{p['guarantee'][t]:g}",
+            "in_use": str(p["in_use"][t]),
+            "borrowed": f"{p['borrowed'][t]:g}",
+            "limit": str(p["limit"].get(t, "-")),
+            "pending": f"{p['pending'][t]} ({p['pending_jobs']} jobs)",
+        }
+        for p in data["projects"]
+        for t in sorted(p["guarantee"])
+    ]
+    heads = ("PROJECT", "TYPE", "GUARANTEE", "IN USE", "BORROWED", "LIMIT", "PENDING")
+    keys = ("project", "type", "guarantee", "in_use", "borrowed", "limit", "pending")
+    columns = [Column(h, lambda r, k=k: r[k]) for h, k in zip(heads, keys, strict=True)]
+    if fmt != "name":
+        cap = ", ".join(f"{n} {t}" for t, n in data["capacity"].items()) or "none"
+        grace = data["preempt_grace"]
+        typer.echo(f"capacity: {cap}; policy {data['policy']}, preempt grace {grace:g}s", err=True)
+    print_rows(rows, columns, fmt, no_headers, empty="no projects", name=lambda r: r["project"])
 
 
 @app.command()
 def nodes(
+    output: OutputOpt = None,
+    no_headers: NoHeadersOpt = False,
     url: UrlOpt = DEFAULT_URL,
     token_file: TokenFileOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Nodes: accelerators, free, and the jobs on each."""
+    fmt = check_format(output, as_json)
     data = Client(url, token_file).get("/v1/nodes")
-    if as_json:
-        _print_json(data)
-        return
-    table = Table(box=None, header_style="bold")
-    for col in ("NODE", "TYPE", "TOTAL", "FREE", "FREE DEVICES", "DOMAIN", "JOBS"):
-        table.add_column(col)
-    for n in data:
-        table.add_row(
-            n["name"],
-            n["accelerator"],
-            str(n["count"]),
-            str(n["free"]),
-            ",".join(map(str, n["free_devices"])) or "-",
-            n["domain"] or "-",
-            ", ".join(n["jobs"]) or "-",
-        )
-    _console().print(table)
+    columns = [
+        Column("NODE", lambda n: n["name"]),
+        Column("TYPE", lambda n: n["accelerator"]),
+        Column("TOTAL", lambda n: str(n["count"])),
+        Column("FREE", lambda n: str(n["free"])),
+        Column("FREE DEVICES", lambda n: ",".join(map(str, n["free_devices"])) or "-"),
+        Column("DOMAIN", lambda n: n["domain"] or "-"),
+        Column("JOBS", lambda n: ",".join(n["jobs"]) or "-"),
+    ]
+    print_rows(data, columns, fmt, no_headers, empty="no nodes", name=lambda n: n["name"])
 
 
 @token_app.command("create")
@@ -694,35 +906,33 @@ def token_create(
     """Create a token for USER and print it (it is shown only this once)."""
     data = Client(url, token_file).post("/v1/tokens", {"user": user, "admin": admin})
     if as_json:
-        _print_json(data)
+        print_json(data)
     else:
         typer.echo(data["token"])
         # stderr: stdout stays the token alone, for `TOKEN=$(corral token create bob)`.
         typer.echo(f"token id {data['id']} (corral token revoke {data['id']})", err=True)
 
 
-def _token_table(rows: list[dict[str, Any]]) -> Table:
-    table = Table(box=None, header_style="bold")
-    for col in ("ID", "USER", "ADMIN", "CREATED"):
-        table.add_column(col)
-    for t in rows:
-        created = time.strftime("%Y-%m-%d %H:%M", time.localtime(t["created_at"]))
-        table.add_row(t["id"], t["user"], "yes" if t["admin"] else "-", created)
-    return table
-
-
 @token_app.command("list")
 def token_list(
+    output: OutputOpt = None,
+    no_headers: NoHeadersOpt = False,
     url: UrlOpt = DEFAULT_URL,
     token_file: TokenFileOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """List tokens: id, user, admin, created (never the secrets: corral keeps only digests)."""
+    fmt = check_format(output, as_json)
     data = Client(url, token_file).get("/v1/tokens")
-    if as_json:
-        _print_json(data)
-    else:
-        _console().print(_token_table(data))
+    columns = [
+        Column("ID", lambda t: t["id"]),
+        Column("USER", lambda t: t["user"]),
+        Column("ADMIN", lambda t: "yes" if t["admin"] else "-"),
+        Column(
+            "CREATED", lambda t: time.strftime("%Y-%m-%d %H:%M", time.localtime(t["created_at"]))
+        ),
+    ]
+    print_rows(data, columns, fmt, no_headers, empty="no tokens")
 
 
 @token_app.command("revoke")
@@ -735,11 +945,10 @@ def token_revoke(
     as_json: JsonOpt = False,
 ) -> None:
     """Revoke one token by its id, or every token of USER. Refused from the next request on."""
-    from urllib.parse import quote
 
     data = Client(url, token_file).delete(f"/v1/tokens/{quote(ref, safe='')}")
     if as_json:
-        _print_json(data)
+        print_json(data)
         return
     for t in data:
         typer.echo(f"revoked {t['id']} ({t['user']}{', admin' if t['admin'] else ''})")
