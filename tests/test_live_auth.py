@@ -63,8 +63,8 @@ def test_no_token_or_a_bad_one_is_401(server, alice_job):
     with server.http("corral_not-a-real-token") as c:
         assert c.get("/v1/jobs").status_code == 401
     done = server.cli("ls", check=False)
-    assert done.returncode == 1 and "no token" in done.stderr
-    assert server.cli("ls", token="nope", check=False).returncode == 1
+    assert done.returncode == 2 and "no token" in done.stderr  # usage
+    assert server.cli("ls", token="nope", check=False).returncode == 3  # refused
     with server.http() as c:  # health and metrics stay open for probes and Prometheus
         assert c.get("/healthz").status_code == 200
         metrics = c.get("/metrics").text
@@ -88,9 +88,9 @@ def test_users_see_and_cancel_only_their_own_jobs(server, tokens, alice_job):
         assert c.get("/v1/queue", params={"project": "vision"}).status_code == 403
         assert {p["project"] for p in c.get("/v1/quota").json()["projects"]} == {"nlp"}
     done = server.cli("cancel", alice_job, token=tokens["bob"], check=False)
-    assert done.returncode == 1 and "another user" in done.stderr
+    assert done.returncode == 3 and "another user" in done.stderr
     # By name, bob finds no job of his called "secret".
-    assert server.cli("show", "secret", token=tokens["bob"], check=False).returncode == 1
+    assert server.cli("show", "secret", token=tokens["bob"], check=False).returncode == 4
     assert server.job(alice_job)["state"] in ("pending", "running")
 
     # Admins: by token (--admin) or by the quota's [admins].
@@ -105,7 +105,7 @@ def test_submit_only_to_member_projects(server, tokens):
     done = server.cli(
         "submit", "--project", "nlp", "--", "true", token=tokens["alice"], check=False
     )
-    assert done.returncode == 1
+    assert done.returncode == 3
     assert "not a member of project 'nlp'" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
     with server.http(tokens["bob"]) as c:

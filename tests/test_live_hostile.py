@@ -115,7 +115,7 @@ def test_logs_of_an_attempt_that_never_was_is_an_error(server, tokens):
     job = submit(server, tokens["alice"], {"project": "vision", "command": "echo hi"}).json()["id"]
     server.wait(job, "succeeded")
     done = server.cli("logs", job, "--attempt", "9", token=tokens["alice"], check=False)
-    assert done.returncode == 1 and "attempts 0..0" in done.stderr, done
+    assert done.returncode == 4 and "attempts 0..0" in done.stderr, done
     done = server.cli("logs", job, "--attempt", "0", token=tokens["alice"])
     assert done.stdout == "hi\n"
 

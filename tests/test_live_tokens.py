@@ -36,7 +36,7 @@ def test_a_revoked_token_is_refused_at_once(server):
             assert resp.status_code == 401, (method, path, resp.text)
             assert resp.json() == {"detail": "invalid token"}
     done = server.cli("ls", token=erin["token"], check=False)
-    assert done.returncode == 1 and done.stderr.strip() == "corral: error: invalid token (HTTP 401)"
+    assert done.returncode == 3 and done.stderr.strip() == "corral: error: invalid token (HTTP 401)"
     listed = json.loads(server.cli("token", "list", "--json", admin=True).stdout)
     assert erin["id"] not in [t["id"] for t in listed]
 
@@ -76,13 +76,13 @@ def test_only_admins_revoke_and_bad_refs_are_one_line(server):
         assert resp.status_code == 403 and "only admins" in resp.json()["detail"]
         assert c.get("/v1/tokens").status_code == 403
     done = server.cli("token", "revoke", jay["id"], token=ivy["token"], check=False)
-    assert done.returncode == 1
+    assert done.returncode == 3
     assert done.stderr.strip() == "corral: error: only admins may revoke tokens (HTTP 403)"
     with server.http(jay["token"]) as c:
         assert c.get("/v1/whoami").status_code == 200, "still valid"
 
     done = server.cli("token", "revoke", "tok-000000000000", admin=True, check=False)
-    assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1
+    assert done.returncode == 4 and len(done.stderr.strip().splitlines()) == 1
     assert "no token with id 'tok-000000000000'" in done.stderr
     with server.http() as c:
         assert c.delete(f"/v1/tokens/{jay['id']}").status_code == 401
@@ -91,7 +91,7 @@ def test_only_admins_revoke_and_bad_refs_are_one_line(server):
 def test_the_last_admin_token_cannot_be_revoked(server):
     admin_id = json.loads(server.cli("token", "list", "--json", admin=True).stdout)[0]["id"]
     done = server.cli("token", "revoke", admin_id, admin=True, check=False)
-    assert done.returncode == 1 and "would leave no admin token" in done.stderr
+    assert done.returncode == 3 and "would leave no admin token" in done.stderr
     assert "(HTTP 409)" in done.stderr
     with server.http(server.admin_token) as c:
         assert c.get("/v1/whoami").status_code == 200
@@ -101,6 +101,6 @@ def test_the_last_admin_token_cannot_be_revoked(server):
     with server.http(server.admin_token) as c:
         assert c.get("/v1/whoami").status_code == 401
     done = server.cli("token", "revoke", ops["id"], token=ops["token"], check=False)
-    assert done.returncode == 1 and "would leave no admin token" in done.stderr
+    assert done.returncode == 3 and "would leave no admin token" in done.stderr
     with server.http(ops["token"]) as c:
         assert c.get("/v1/whoami").json() == {"user": "ops", "admin": True, "projects": ["default"]}
