@@ -202,8 +202,13 @@ class ServerFactory:
         accelerator: str = "gpu",
         name: str = "state",
         start: bool = True,
+        run_as: str | None = "corral",
     ) -> LiveServer:
+        # Jobs as corral's own user unless a test asks for more: the users these tests make
+        # up have no Unix accounts (tests/test_live_accounts.py has real ones).
         args = ["--fake-gpus", str(fake_gpus), "--accelerator", accelerator]
+        if run_as is not None:
+            args += ["--run-as", run_as]
         if quota is not None:
             path = self.root / f"{name}-quota.toml"
             path.write_text(quota)

@@ -46,6 +46,7 @@ def pool(tmp_path, monkeypatch):
     (tmp_path / "pool.yaml").write_text(POOL)
     (tmp_path / "quota.toml").write_text(QUOTA)
     args = ["--cluster", str(tmp_path / "pool.yaml"), "--quota", str(tmp_path / "quota.toml")]
+    args += ["--run-as", "corral"]
     server = LiveServer(tmp_path / "state", free_port(), args).start()
     try:
         yield server

@@ -227,11 +227,17 @@ def up(
             " are always accepted, any other Host header is refused (DNS rebinding).",
         ),
     ] = None,
+    run_as: Annotated[
+        str | None,
+        typer.Option(
+            help="users: each job as its user's Unix account (needs root; the default as root);"
+            " corral: every job as corral's own user (the default otherwise). docs/security.md",
+        ),
+    ] = None,
 ) -> None:
     """Run the control plane: store, scheduler loop, local executor and HTTP API."""
     import logging
 
-    from corral.formats.types import FormatError
     from corral.server.store import SchemaTooNew
     from corral.server.up import Server, Settings, StateDirBusy, check_port
 
@@ -247,13 +253,14 @@ def up(
         accelerator=accelerator,
         cluster=cluster,
         allow_hosts=tuple(allow_host or ()),
+        run_as=run_as,
     )
     if cluster is not None and (fake_gpus is not None or accelerator is not None):
         fail("--cluster names the nodes and their accelerators: drop --fake-gpus/--accelerator")
     try:
         check_port(host, port)
         server = Server(settings)
-    except (StateDirBusy, SchemaTooNew, FormatError, OSError) as err:
+    except (StateDirBusy, SchemaTooNew, ValueError, OSError) as err:  # FormatError: a ValueError
         fail(str(err), 1)
     _announce(server)
     server.run()
@@ -281,6 +288,10 @@ def _announce(server: Any) -> None:
             "  [yellow]no GPUs found (NVML, nvidia-smi): every job will be refused;"
             " try corral without GPUs with --fake-gpus N[/]"
         )
+    if server.cp.run_as.mode == "users":
+        out.print("  jobs run as their users' Unix accounts ([accounts] in the quota file)")
+    else:
+        out.print("  jobs run as corral's own user, the state dir hidden from them")
     token = server.token_path
     if server.new_token:
         out.print(f"  admin token written to {token} (mode 0600)")

@@ -45,6 +45,10 @@ class Launch:
     grace: float = 30.0  # SIGTERM -> SIGKILL delay, for cancel/preempt/timeout
     # Port for MEGASCALE_PORT when num_slices > 1; 0: the executor picks a free port.
     megascale_port: int = 0
+    # The Unix account the workers run as (runas.py); None: the executor's own user.
+    account: str | None = None
+    # Where the workers start; None: the account's home directory.
+    workdir: str | None = None
 
     def validate(self) -> None:
         """Raise ValueError if the gang's shape is inconsistent (a bug in the caller)."""

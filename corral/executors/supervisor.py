@@ -23,10 +23,12 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import psutil
 
 from corral.executors.base import FAILED, SUCCEEDED, TERMINATED, TIMEOUT, AttemptExit, Launch
+from corral.executors.runas import WorkerSetupError, not_dumpable, worker_process
 from corral.executors.rundir import (
     RUN_MARKER,
     ProcessRef,
@@ -98,29 +100,24 @@ class Supervisor:
             self.start_worker(index)
 
     def start_worker(self, index: int) -> None:
-        argv = self.argv()
-        env = {
-            **os.environ,
-            **self.launch.env,
-            **self.launch.contract_env(index),
-            RUN_MARKER: str(self.run.path),
-        }
         with open(self.run.worker_log(index), "ab") as out:
             try:
+                # As its user, in its workdir, with the state dir out of its sight (runas.py).
+                worker = worker_process(self.launch, index, hide=[str(self.run.state_dir)])
+                worker.env[RUN_MARKER] = str(self.run.path)
                 proc = subprocess.Popen(
-                    argv,
+                    worker.args,
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=subprocess.STDOUT,
-                    env=env,
                     start_new_session=True,
+                    **worker.popen_kwargs(),
                 )
+            except WorkerSetupError as err:
+                self.not_started(index, out, str(err))
+                return
             except (OSError, ValueError, subprocess.SubprocessError) as err:
-                # The worker's log is where its user will look for why it did not run.
-                out.write(f"corral: cannot start {argv[0]!r}: {err}\n".encode())
-                self.codes[index] = SPAWN_FAILED
-                self.first_failed = index
-                log.error("worker %d did not start: %s", index, err)
+                self.not_started(index, out, f"cannot start {worker.args[0]!r}: {err}")
                 return
         self.procs[index] = proc
         self.running[proc.pid] = index
@@ -129,9 +126,12 @@ class Supervisor:
         write_json_atomic(self.run.file("workers.json"), [r.to_dict() for r in self.refs])
         log.info("worker %d started, pid %d", index, proc.pid)
 
-    def argv(self) -> list[str]:
-        command = self.launch.command
-        return ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+    def not_started(self, index: int, out: BinaryIO, why: str) -> None:
+        # The worker's log is where its user will look for why it did not run.
+        out.write(f"corral: {why}\n".encode())
+        self.codes[index] = SPAWN_FAILED
+        self.first_failed = index
+        log.error("worker %d did not start: %s", index, why)
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -299,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         log.info("another supervisor has this attempt; nothing to do")
         return 0
     become_subreaper()
+    not_dumpable()
     write_json_atomic(run.file("supervisor.pid"), ProcessRef.of(os.getpid()).to_dict())
     if run.file("status.json").exists():
         log.info("attempt already has a status; nothing to do")

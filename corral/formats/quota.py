@@ -77,6 +77,18 @@ def _option(value: Any) -> object:
     return value
 
 
+_ACCOUNT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}\$?")
+
+
+def _account(value: Any) -> str:
+    if not isinstance(value, str) or not _ACCOUNT.fullmatch(value):
+        raise ValueError(
+            "must be a Unix account name (letters, digits, '_', '.', '-', at most 32),"
+            f" got {show(value)}"
+        )
+    return value
+
+
 Share = Annotated[float, BeforeValidator(_share)]
 Amount = Annotated[int, BeforeValidator(_amount)]
 Regex = Annotated[str, BeforeValidator(_regex)]
@@ -139,6 +151,7 @@ class QuotaModel(_Strict):
     scheduler: SchedulerModel = Field(default_factory=SchedulerModel)
     project_interactive_limits: dict[str, dict[str, Limit]] = Field(default_factory=dict)
     interactive: InteractiveModel = Field(default_factory=InteractiveModel)
+    accounts: dict[str, Annotated[str, BeforeValidator(_account)]] = Field(default_factory=dict)
 
 
 _TIER = TypeAdapter(dict[str, Amount])
@@ -236,6 +249,7 @@ def _build(doc: dict[str, Any], source: str) -> Quota:
         scheduler=model.scheduler.apply(),
         interactive_limits={p: dict(v) for p, v in model.project_interactive_limits.items()},
         interactive=model.interactive.to_config(),
+        accounts=dict(model.accounts),
     )
 
 

@@ -91,6 +91,9 @@ class Quota:
     # project -> type -> most accelerators its interactive jobs may hold together
     interactive_limits: dict[str, dict[str, int]] = field(default_factory=dict)
     interactive: InteractiveConfig = field(default_factory=InteractiveConfig)
+    # corral user -> the Unix account their jobs run as when corral runs as root (DESIGN §5);
+    # a user not listed runs as the account of the same name
+    accounts: dict[str, str] = field(default_factory=dict)
 
     @cached_property
     def _patterns(self) -> dict[str, tuple[re.Pattern[str], ...]]:

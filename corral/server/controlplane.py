@@ -44,6 +44,7 @@ from corral.executors.base import (
     WorkerLaunch,
 )
 from corral.formats.types import FormatError, JobSpec, Quota
+from corral.server.accounts import CORRAL, NoAccount, RunAs
 from corral.server.auth import Principal, TokenBook
 from corral.server.inventory import Inventory, free_port
 from corral.server.metrics import Metrics, PoolState, ProjectRow, preempt_reason
@@ -193,8 +194,10 @@ class ControlPlane:
         load_policy: Callable[..., Any],
         decide: Callable[..., Decision],
         check_admissible: Callable[[Snapshot, Job], str | None],
+        run_as: RunAs | None = None,
     ):
         self.store = store
+        self.run_as = run_as or RunAs(CORRAL)
         self._lock = threading.RLock()
         self.tokens = TokenBook(store, self._lock)
         self.executor = executor
@@ -511,6 +514,10 @@ class ControlPlane:
                 f"user {who.user} is not a member of project {spec.project!r} (member of: {mine})",
             )
         try:
+            self.run_as.check(who.user, quota)
+        except NoAccount as err:
+            raise Refused(403, str(err)) from None
+        try:
             priority = quota.resolve_priority(spec.priority)
         except FormatError as err:
             raise Refused(422, str(err)) from None
@@ -686,6 +693,8 @@ class ControlPlane:
             master_port=att.master_port or 0,
             max_runtime=spec.max_runtime,
             grace=self.quota.scheduler.preempt_grace,
+            account=self.run_as.account(row.user, self.quota),
+            workdir=spec.workdir,
         )
 
     def _set_attempt_state(self, job_id: str, state: str) -> None:

@@ -266,6 +266,7 @@ def run_demo(fast: bool = False, gpus: int = 8, keep: bool = False, console: Con
         fake_gpus=gpus,
         accelerator="gpu",
         node_name="demo-box",
+        run_as="corral",  # the demo's users are made up: no Unix accounts to run as
     )
     server = Server(settings)
     server.start()

@@ -17,7 +17,9 @@ from pathlib import Path
 import uvicorn
 
 from corral.executors.local import LocalExecutor
+from corral.executors.runas import not_dumpable
 from corral.formats.types import Node
+from corral.server.accounts import RunAs
 from corral.server.api import create_asgi
 from corral.server.auth import write_admin_token
 from corral.server.controlplane import ControlPlane
@@ -42,6 +44,7 @@ class Settings:
     node_name: str | None = None  # default: this machine's hostname
     cluster: str | None = None  # a cluster file or shorthand: pretend nodes, all run here
     allow_hosts: tuple[str, ...] = ()  # Host header names accepted besides IPs and localhost
+    run_as: str | None = None  # accounts.USERS or CORRAL; None: USERS when root
 
 
 class StateDirBusy(RuntimeError):
@@ -51,11 +54,19 @@ class StateDirBusy(RuntimeError):
 def secure_state_dir(state_dir: Path) -> None:
     """The state dir holds job specs (their env may carry secrets), logs and the admin token:
     only corral's user may enter it, even if it was made beforehand with a looser mode."""
+    os.umask(0o077)  # what this process and its supervisors write from now on, too
+    not_dumpable()  # a job running as corral's own user must not reach our files via /proc
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     mode = stat.S_IMODE(state_dir.stat().st_mode)
     if mode != 0o700:
         log.warning("state dir %s had mode %04o; set to 0700", state_dir, mode)
         state_dir.chmod(0o700)
+    for root, dirs, files in os.walk(state_dir):  # and all in it, 0700 and 0600
+        for names, want in ((dirs, 0o700), (files, 0o600)):
+            for name in names:
+                path = os.path.join(root, name)
+                if not os.path.islink(path):
+                    os.chmod(path, want)
 
 
 def lock_state_dir(state_dir: Path) -> int:
@@ -119,7 +130,16 @@ def build(settings: Settings) -> ControlPlane:
     quota = QuotaSource(settings.quota, sorted({n.accelerator for n in inventory.nodes}))
     store = Store(settings.state_dir / "corral.db")
     executor = LocalExecutor(settings.state_dir)
-    return ControlPlane(store, executor, inventory, quota, load_policy, decide, check_admissible)
+    return ControlPlane(
+        store,
+        executor,
+        inventory,
+        quota,
+        load_policy,
+        decide,
+        check_admissible,
+        RunAs(settings.run_as),
+    )
 
 
 class Server:

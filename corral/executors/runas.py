@@ -1,0 +1,219 @@
+"""Who a worker runs as, where it starts, and what it can never see (docs/security.md).
+
+Every executor starts workers through `worker_process()`, so they all keep the same rules:
+
+- The launch names a Unix account and this process is root: the worker gets the account's
+  uid, gid and supplementary groups, and its HOME, USER, LOGNAME and SHELL. Popen switches to
+  them between fork and exec. corral's state dir (0700, root's) is out of its reach by plain
+  permissions, and so are other users' workers and logs.
+- Otherwise the worker runs as this process's own user, which owns the state dir. It is then
+  started through `python -m corral.executors.runas`, which enters a new mount namespace (inside
+  a new user namespace when unprivileged), lays an empty, read-only tmpfs over each hidden path,
+  changes to the workdir and only then execs the command. The command runs with no
+  capabilities (a non-root uid drops them at exec), so it cannot unmount the cover, and mounts
+  it inherits into any namespace of its own are locked by the kernel.
+
+If the cover cannot be laid (user namespaces disabled), the worker does not start: a job that
+could read the admin token must not run at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import pwd
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from corral.executors.base import Launch
+
+WORKER_UMASK = 0o022  # corral itself runs with 077; a user's job gets the usual default
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REC, MS_PRIVATE = 1 << 14, 1 << 18
+PR_SET_DUMPABLE = 4
+
+
+class WorkerSetupError(Exception):
+    """The worker cannot be started as asked; the text is one line for the worker's log."""
+
+
+@dataclass(frozen=True, slots=True)
+class Account:
+    name: str
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+    home: str
+    shell: str
+
+    @classmethod
+    def named(cls, name: str) -> Account:
+        """The account from the node's user database; KeyError if it has none."""
+        pw = pwd.getpwnam(name)
+        groups = tuple(os.getgrouplist(pw.pw_name, pw.pw_gid))
+        return cls(pw.pw_name, pw.pw_uid, pw.pw_gid, groups, pw.pw_dir, pw.pw_shell)
+
+    @classmethod
+    def current(cls) -> Account:
+        uid = os.geteuid()
+        try:
+            pw = pwd.getpwuid(uid)
+        except KeyError:  # a container's arbitrary uid: no entry, but it still runs
+            home = os.environ.get("HOME", "/")
+            return cls(str(uid), uid, os.getegid(), tuple(os.getgroups()), home, "/bin/sh")
+        return cls(pw.pw_name, uid, pw.pw_gid, tuple(os.getgroups()), pw.pw_dir, pw.pw_shell)
+
+    def login_env(self) -> dict[str, str]:
+        return {
+            "HOME": self.home,
+            "USER": self.name,
+            "LOGNAME": self.name,
+            "SHELL": self.shell or "/bin/sh",
+        }
+
+
+@dataclass(slots=True)
+class WorkerProcess:
+    """What to hand subprocess.Popen for one worker, besides its stdio and session."""
+
+    args: list[str]
+    env: dict[str, str]
+    cwd: str
+    user: int | None = None
+    group: int | None = None
+    extra_groups: list[int] | None = None
+
+    def popen_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"env": self.env, "cwd": self.cwd, "umask": WORKER_UMASK}
+        if self.user is not None:
+            kwargs |= {"user": self.user, "group": self.group, "extra_groups": self.extra_groups}
+        return kwargs
+
+
+def _argv(command: str | tuple[str, ...]) -> list[str]:
+    return ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+
+
+def _workdir(launch: Launch, account: Account) -> str:
+    workdir = launch.workdir or account.home
+    if not os.path.isdir(workdir):
+        raise WorkerSetupError(f"workdir {workdir} does not exist on this node")
+    return workdir
+
+
+def worker_process(
+    launch: Launch,
+    index: int,
+    hide: Sequence[str],
+    base_env: Mapping[str, str] | None = None,
+) -> WorkerProcess:
+    """How to start worker `index` of `launch`: as its account, in its workdir, with `hide`
+    (corral's state dir) out of its sight. `base_env` (default: this process's environment)
+    is what the user's env and the contract's variables are added on top of (DESIGN §4)."""
+    base = dict(os.environ if base_env is None else base_env)
+    contract = launch.contract_env(index)
+    me = Account.current()
+    if launch.account is not None and launch.account != me.name:
+        if me.uid != 0:
+            raise WorkerSetupError(
+                f"cannot run as account {launch.account}: corral does not run as root here"
+            )
+        try:
+            account = Account.named(launch.account)
+        except KeyError:
+            raise WorkerSetupError(f"no Unix account {launch.account} on this node") from None
+        env = {**base, **account.login_env(), **launch.env, **contract}
+        return WorkerProcess(
+            _argv(launch.command),
+            env,
+            _workdir(launch, account),
+            account.uid,
+            account.gid,
+            list(account.groups),
+        )
+    argv, env = _argv(launch.command), {**base, **launch.env, **contract}
+    workdir = _workdir(launch, me)
+    # Found here, as exec will look for it, so a command that cannot start fails the same way
+    # (no worker started) whether or not it goes through the wrapper.
+    program = os.path.join(workdir, argv[0]) if os.sep in argv[0] else argv[0]
+    if shutil.which(program, path=env.get("PATH", os.defpath)) is None:
+        raise WorkerSetupError(f"cannot start {argv[0]!r} in {workdir}: no such executable file")
+    args = [sys.executable, "-I", "-m", "corral.executors.runas"]
+    args += [f"--hide={path}" for path in hide]
+    args += [f"--cd={workdir}", "--", *argv]
+    return WorkerProcess(args, env, "/")
+
+
+def not_dumpable() -> None:
+    """Make /proc/PID of this process root's and refuse ptrace: a job that runs as the same
+    user must not reach corral's open files (the database, logs) through /proc/PID/fd."""
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: nothing to do
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
+# --- the wrapper: `python -m corral.executors.runas --hide=P... --cd=DIR -- ARGV...` ----------
+
+
+def _call(result: int, what: str) -> None:
+    if result != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+
+
+def cover(paths: Sequence[str]) -> None:
+    """Hide `paths` from this process and what it execs, under an empty read-only tmpfs in a
+    mount namespace of its own (and a user namespace of its own when not root)."""
+    paths = [p for p in paths if os.path.exists(p)]
+    if not paths:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    uid, gid = os.geteuid(), os.getegid()
+    _call(libc.unshare(CLONE_NEWNS | (0 if uid == 0 else CLONE_NEWUSER)), "unshare")
+    if uid != 0:  # the same ids inside: files keep their owners, `id` says the same
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1")):
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text)
+        with open("/proc/self/gid_map", "w") as f:
+            f.write(f"{gid} {gid} 1")
+    # Private first, so the cover never propagates back to the host's mount namespace.
+    _call(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
+    flags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
+    for path in paths:
+        _call(libc.mount(b"tmpfs", os.fsencode(path), b"tmpfs", flags, b"size=0,mode=000"), path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if "--" not in args:
+        print("usage: python -m corral.executors.runas [--hide=P]... --cd=DIR -- ARGV...")
+        return 2
+    split = args.index("--")
+    options, command = args[:split], args[split + 1 :]
+    hide = [o.removeprefix("--hide=") for o in options if o.startswith("--hide=")]
+    workdir = next((o.removeprefix("--cd=") for o in options if o.startswith("--cd=")), "/")
+    try:
+        cover(hide)
+    except OSError as err:
+        print(
+            f"corral: cannot hide corral's state dir from the job ({err}); jobs run as corral's"
+            " own user need user namespaces (sysctl user.max_user_namespaces > 0), or run corral"
+            " as root",
+            file=sys.stderr,
+        )
+        return 126
+    try:
+        os.chdir(workdir)
+        os.execvp(command[0], command)
+    except OSError as err:
+        print(f"corral: cannot start {command[0]!r} in {workdir}: {err.strerror}", file=sys.stderr)
+    return 127
+
+
+if __name__ == "__main__":
+    sys.exit(main())
