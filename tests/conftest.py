@@ -47,6 +47,8 @@ class LiveServer:
     state: Path
     port: int
     args: list[str]
+    user: str | None = None  # run `corral up` as this Unix account (the test runs as root)
+    python: list[str] = field(default_factory=lambda: CLI[:1])  # the interpreter to run it
     proc: subprocess.Popen | None = None
     log_path: Path = field(init=False)
 
@@ -64,9 +66,20 @@ class LiveServer:
     # -- process -----------------------------------------------------------------------------
 
     def start(self, timeout: float = 30.0) -> LiveServer:
-        cmd = [*CLI, "up", "--state", str(self.state), "--port", str(self.port), *self.args]
+        cmd = [
+            *self.python,
+            *CLI[1:],
+            "up",
+            "--state",
+            str(self.state),
+            "--port",
+            str(self.port),
+            *self.args,
+        ]
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, user=self.user, cwd=self.user and "/"
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -27,10 +27,18 @@ import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from corral.executors.base import Launch
 
+# The wrapper imports corral from where this process found it, with -I: the job's env (its
+# PYTHONPATH above all) must not choose the code that runs before the state dir is covered.
+CORRAL_ROOT = Path(__file__).resolve().parents[2]
+_BOOT = (
+    "import sys; sys.path.insert(0, sys.argv.pop(1));"
+    " from corral.executors.runas import main; sys.exit(main())"
+)
 WORKER_UMASK = 0o022  # corral itself runs with 077; a user's job gets the usual default
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
@@ -144,7 +152,7 @@ def worker_process(
     program = os.path.join(workdir, argv[0]) if os.sep in argv[0] else argv[0]
     if shutil.which(program, path=env.get("PATH", os.defpath)) is None:
         raise WorkerSetupError(f"cannot start {argv[0]!r} in {workdir}: no such executable file")
-    args = [sys.executable, "-I", "-m", "corral.executors.runas"]
+    args = [sys.executable, "-I", "-c", _BOOT, str(CORRAL_ROOT)]
     args += [f"--hide={path}" for path in hide]
     args += [f"--cd={workdir}", "--", *argv]
     return WorkerProcess(args, env, "/")
@@ -157,7 +165,7 @@ def not_dumpable() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
-# --- the wrapper: `python -m corral.executors.runas --hide=P... --cd=DIR -- ARGV...` ----------
+# --- the wrapper: `python -I -c _BOOT CORRAL_ROOT --hide=P... --cd=DIR -- ARGV...` -------------
 
 
 def _call(result: int, what: str) -> None:

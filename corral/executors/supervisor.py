@@ -279,7 +279,7 @@ def claim(run: RunDir) -> bool:
     """Take the attempt for this supervisor alone: a launch cut short by a crash is launched
     again, and if its first supervisor was starting after all, only one of the two may run."""
     try:
-        os.close(os.open(run.file("supervisor.claim"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        os.close(os.open(run.file("supervisor.claim"), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
     except FileExistsError:
         return False
     return True
