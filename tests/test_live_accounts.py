@@ -111,7 +111,7 @@ def test_jobs_run_as_their_users_and_cannot_touch_each_other(server, accounts):
     assert "SIGNAL-DENIED" in log and "ENVIRON-DENIED" in log and "LOG-DENIED" in log
     assert server.job(alice_job)["state"] == "running"  # bob's kill did not reach it
     # Nor can bob read it through the API.
-    assert server.cli("logs", alice_job, token=b_token, check=False).returncode == 1
+    assert server.cli("logs", alice_job, token=b_token, check=False).returncode == 3  # refused
     server.cli("cancel", alice_job, token=a_token)
     server.wait(alice_job, "cancelled")
     # The state dir and everything in it: 0700 directories, 0600 files.
@@ -122,7 +122,7 @@ def test_jobs_run_as_their_users_and_cannot_touch_each_other(server, accounts):
 
 def test_a_user_without_an_account_is_refused_at_submission(server):
     done = server.cli("submit", "--", "true", token=server.token("carol"), check=False)
-    assert done.returncode == 1
+    assert done.returncode == 3  # refused (docs/live.md's exit codes)
     assert "Unix account carol" in done.stderr and "(HTTP 403)" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
 
