@@ -234,6 +234,12 @@ def up(
             " corral: every job as corral's own user (the default otherwise). docs/security.md",
         ),
     ] = None,
+    templates: Annotated[
+        Path | None, typer.Option(help="YAML file of templates for interactive jobs.")
+    ] = None,
+    port_range: Annotated[
+        str, typer.Option(help="Ports for interactive jobs on each node, LOW-HIGH.")
+    ] = "20000-29999",
 ) -> None:
     """Run the control plane: store, scheduler loop, local executor and HTTP API."""
     import logging
@@ -254,6 +260,8 @@ def up(
         cluster=cluster,
         allow_hosts=tuple(allow_host or ()),
         run_as=run_as,
+        templates=templates.resolve() if templates else None,
+        port_range=_port_range(port_range),
     )
     if cluster is not None and (fake_gpus is not None or accelerator is not None):
         fail("--cluster names the nodes and their accelerators: drop --fake-gpus/--accelerator")
@@ -264,6 +272,14 @@ def up(
         fail(str(err), 1)
     _announce(server)
     server.run()
+
+
+def _port_range(text: str) -> tuple[int, int]:
+    lo, sep, hi = text.partition("-")
+    if sep and lo.isdigit() and hi.isdigit() and 1024 <= int(lo) <= int(hi) <= 65535:
+        return int(lo), int(hi)
+    fail(f"--port-range: expected LOW-HIGH within 1024-65535, got {text!r}")
+    raise AssertionError  # fail() exits
 
 
 def _announce(server: Any) -> None:
@@ -329,8 +345,8 @@ def _spec_from_flags(
     if command:
         # One argument is a shell line (`-- "a && b"`); several are an argv, run as given.
         spec["command"] = command[0] if len(command) == 1 else list(command)
-    if not spec.get("command"):
-        fail("no command: give one after `--`, or `command:` in the -f file")
+    if not spec.get("command") and not spec.get("template"):
+        fail("no command: give one after `--`, or `command:` in the -f file, or --template")
     return spec
 
 
@@ -447,12 +463,21 @@ def submit(
             "--wait", help="Wait for the job to end; exit with its exit code (docs/live.md)."
         ),
     ] = False,
+    template: Annotated[
+        str | None,
+        typer.Option(help="Interactive job from a template: jupyter, tensorboard, ssh, shell."),
+    ] = None,
+    idle_timeout: Annotated[
+        str | None, typer.Option(help="Interactive: cancel after this long idle, e.g. 1h.")
+    ] = None,
     url: UrlOpt = DEFAULT_URL,
     token_file: TokenFileOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Submit a job; prints its id. Flags override the -f file's keys."""
     flags = {
+        "template": template,
+        "idle_timeout": idle_timeout,
         "name": name,
         "project": project,
         "priority": _priority(priority),
@@ -646,6 +671,9 @@ def show(
     out.print(grid)
     if data["attempts"]:
         out.print(_attempts_table(data["attempts"]))
+    for e in data.get("endpoints", []):
+        ready = "" if e["ready"] else " (starting)"
+        out.print(f"[bold]endpoint[/] {e['name']}: {e['url']}{ready}")
 
 
 def _resources(r: dict[str, Any]) -> str:

@@ -78,6 +78,8 @@ _SPEC_SCHEMA = {
         "max_runtime": {"oneOf": [{"type": "number"}, {"type": "string"}]},
         "kind": {"enum": ["batch", "interactive"]},
         "workdir": {"type": "string", "description": "absolute path on the node"},
+        "template": {"type": "string", "description": "interactive: jupyter, tensorboard, ..."},
+        "idle_timeout": {"oneOf": [{"type": "number"}, {"type": "string"}]},
     },
     "additionalProperties": False,
 }
@@ -238,7 +240,9 @@ class Submitter:
         _default_resources(data, cp.inventory.types)
         try:
             parsed = parse_jobspec(data, "job spec")
-        except FormatError as err:
+            if cp.interactive is not None:
+                parsed = cp.interactive.expand(parsed, cp.quota)
+        except (FormatError, ValueError) as err:
             raise Refused(422, str(err)) from None
         if not parsed.command:  # the file format allows none (simulated jobs); a live job not
             raise Refused(422, "command: required; a string (run by /bin/sh -c) or an argv list")
@@ -517,4 +521,7 @@ def create_app(cp: ControlPlane) -> FastAPI:
             raise Refused(409, str(err)) from None
         return [_token_info(t) for t in gone]
 
+    from corral.server.interactive_api import interactive_routes
+
+    app.include_router(interactive_routes(cp))
     return app

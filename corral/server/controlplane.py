@@ -46,6 +46,7 @@ from corral.executors.base import (
 from corral.formats.types import FormatError, JobSpec, Quota
 from corral.server.accounts import CORRAL, NoAccount, RunAs
 from corral.server.auth import Principal, TokenBook
+from corral.server.interactive import Interactive
 from corral.server.inventory import Inventory, free_port
 from corral.server.metrics import Metrics, PoolState, ProjectRow, preempt_reason
 from corral.server.quotafile import DEFAULT_PROJECT, QuotaSource
@@ -195,9 +196,11 @@ class ControlPlane:
         decide: Callable[..., Decision],
         check_admissible: Callable[[Snapshot, Job], str | None],
         run_as: RunAs | None = None,
+        interactive: Interactive | None = None,
     ):
         self.store = store
         self.run_as = run_as or RunAs(CORRAL)
+        self.interactive = interactive
         self._lock = threading.RLock()
         self.tokens = TokenBook(store, self._lock)
         self.executor = executor
@@ -557,7 +560,11 @@ class ControlPlane:
             return f"name {name!r} is taken by live job {other.id} ({other.state})"
         return f"name {name!r} is taken by another user's live job; choose another name"
 
-    def cancel(self, who: Principal, job_id: str) -> JobRow:
+    def cancel(
+        self, who: Principal, job_id: str, reason: str | None = None, message: str | None = None
+    ) -> JobRow:
+        """Cancel for `who`; `reason` (a code, e.g. idle) and `message` say why when it is not
+        the user's own doing."""
         with self._lock:
             row = self.live.get(job_id)
             if row is None:
@@ -567,33 +574,39 @@ class ControlPlane:
                 self.check_owner(who, stored)
                 raise Refused(409, f"job {job_id} already {stored.state}")
             self.check_owner(who, row)
+            why = {"reason": reason} if reason else {}
             if row.state == "pending":
-                self._cancel_pending(who, row)
+                self._cancel_pending(who, row, message, why)
             elif not row.cancel_requested:
-                self._cancel_running(who, row)
+                self._cancel_running(who, row, message, why)
         self._wake.set()
         return row
 
-    def _cancel_pending(self, who: Principal, row: JobRow) -> None:
+    def _cancel_pending(
+        self, who: Principal, row: JobRow, message: str | None, why: dict[str, str]
+    ) -> None:
         now = time.time()
-        message = f"cancelled by {who.user} while pending"
+        message = message or f"cancelled by {who.user} while pending"
         with self.store.tx() as tx:
             tx.update_job(row.id, state="cancelled", finished_at=now, message=message)
-            tx.event(now, "cancel", row.id, row.project, by=who.user)
+            tx.event(now, "cancel", row.id, row.project, by=who.user, **why)
         self.snap.withdraw(row.id)
         row.state, row.finished_at, row.message = "cancelled", now, message
         self._forget(row)
         self.metrics.events.labels("cancel").inc()
 
-    def _cancel_running(self, who: Principal, row: JobRow) -> None:
+    def _cancel_running(
+        self, who: Principal, row: JobRow, message: str | None, why: dict[str, str]
+    ) -> None:
         now = time.time()
         att = self.attempts[row.id]
+        message = message or f"cancelled by {who.user}"
         with self.store.tx() as tx:
-            tx.update_job(row.id, cancel_requested=True, message=f"cancelled by {who.user}")
+            tx.update_job(row.id, cancel_requested=True, message=message)
             if att.state != "terminating":
                 tx.update_attempt(row.id, att.attempt, state="terminating", stop_reason="cancel")
-            tx.event(now, "cancel", row.id, row.project, by=who.user)
-        row.cancel_requested, row.message = True, f"cancelled by {who.user}"
+            tx.event(now, "cancel", row.id, row.project, by=who.user, **why)
+        row.cancel_requested, row.message = True, message
         if att.state != "terminating":
             att.state, att.stop_reason = "terminating", "cancel"
             if row.id in self.snap.running:
@@ -633,8 +646,13 @@ class ControlPlane:
             for i, (node, devices) in enumerate(zip(start.nodes, gpus, strict=True))
         ]
         port = free_port()
+        ports = None
+        if self.interactive is not None and row.spec.kind == "interactive":
+            ports = self.interactive.choose_ports(row, start.nodes[0], self.attempts)
         self.snap.start(row.id, start.nodes, now)  # validates the placement before we write
         with self.store.tx() as tx:
+            if ports is not None:
+                self.interactive.record_ports(tx, row, start.nodes[0], ports)  # type: ignore[union-attr]
             tx.update_job(row.id, state="running", started_at=now, message="")
             tx.insert_attempt(row.id, row.attempt, now, port)
             tx.insert_placements(row.id, row.attempt, placed)
@@ -679,7 +697,7 @@ class ControlPlane:
 
     def _launch_spec(self, row: JobRow, att: AttemptRow, placed: list[PlacementRow]) -> Launch:
         spec = row.spec
-        return Launch(
+        launch = Launch(
             job_id=row.id,
             name=row.name,
             project=row.project,
@@ -696,6 +714,9 @@ class ControlPlane:
             account=self.run_as.account(row.user, self.quota),
             workdir=spec.workdir,
         )
+        if self.interactive is not None and spec.kind == "interactive":
+            launch = self.interactive.prepare(launch, self.store.ssh_keys(row.user))
+        return launch
 
     def _set_attempt_state(self, job_id: str, state: str) -> None:
         att = self.attempts[job_id]

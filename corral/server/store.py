@@ -111,7 +111,25 @@ CREATE TABLE IF NOT EXISTS tokens (
 # next. MIGRATIONS[i] takes version i to i + 1. Append only; never reorder or edit one that
 # has shipped (tests/test_store_schema.py opens a database written before versioning).
 Migration = str | Callable[[sqlite3.Connection], None]
-MIGRATIONS: tuple[Migration, ...] = (SCHEMA,)
+# 2: interactive jobs. The ports each holds on its node (the key makes a port unique per node,
+# whatever the caller checked), and the SSH public keys users add for the `ssh` template.
+INTERACTIVE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS ports (
+    node TEXT NOT NULL,
+    port INTEGER NOT NULL,
+    job_id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    PRIMARY KEY (node, port)
+);
+CREATE INDEX IF NOT EXISTS ports_job ON ports(job_id);
+CREATE TABLE IF NOT EXISTS ssh_keys (
+    user TEXT NOT NULL,
+    key TEXT NOT NULL,
+    added_at REAL NOT NULL,
+    PRIMARY KEY (user, key)
+);
+"""
+MIGRATIONS: tuple[Migration, ...] = (SCHEMA, INTERACTIVE_SCHEMA)
 
 
 class SchemaTooNew(RuntimeError):
@@ -262,6 +280,9 @@ def spec_to_json(spec: JobSpec) -> str:
         "kind": spec.kind,
         "workdir": spec.workdir,
     }
+    if spec.kind == "interactive":
+        data["template"] = spec.template
+        data["idle_timeout"] = spec.idle_timeout
     return fastjson.dumps(data)
 
 
@@ -282,6 +303,8 @@ def spec_from_json(text: str) -> JobSpec:
         max_runtime=data["max_runtime"],
         kind=data["kind"],
         workdir=data.get("workdir"),  # absent in rows stored before workdir existed
+        template=data.get("template"),
+        idle_timeout=data.get("idle_timeout"),
     )
 
 
@@ -365,6 +388,21 @@ class Tx:
         self._cur.execute(
             "INSERT INTO tokens (hash, user, admin, created_at) VALUES (?, ?, ?, ?)",
             (digest, user, int(admin), now),
+        )
+
+    def insert_ports(self, job_id: str, node: str, ports: dict[str, int]) -> None:
+        self._cur.executemany(
+            "INSERT INTO ports (node, port, job_id, name) VALUES (?, ?, ?, ?)",
+            [(node, port, job_id, name) for name, port in ports.items()],
+        )
+
+    def delete_ports(self, job_ids: Sequence[str]) -> None:
+        self._cur.executemany("DELETE FROM ports WHERE job_id = ?", [(j,) for j in job_ids])
+
+    def insert_ssh_key(self, user: str, key: str, now: float) -> None:
+        self._cur.execute(
+            "INSERT OR IGNORE INTO ssh_keys (user, key, added_at) VALUES (?, ?, ?)",
+            (user, key, now),
         )
 
     def delete_tokens(self, digests: Sequence[str]) -> None:
@@ -555,6 +593,19 @@ class Store:
             EventRow(r["seq"], r["t"], r["event"], r["job"], r["project"], json.loads(r["data"]))
             for r in self._read().execute(sql, args)
         ]
+
+    def ports(self) -> dict[str, tuple[str, dict[str, int]]]:
+        """job id -> (node, port name -> port) for every port held."""
+        held: dict[str, tuple[str, dict[str, int]]] = {}
+        for r in self._read().execute("SELECT node, port, job_id, name FROM ports ORDER BY port"):
+            held.setdefault(r["job_id"], (r["node"], {}))[1][r["name"]] = r["port"]
+        return held
+
+    def ssh_keys(self, user: str) -> list[str]:
+        rows = self._read().execute(
+            "SELECT key FROM ssh_keys WHERE user = ? ORDER BY added_at", (user,)
+        )
+        return [r["key"] for r in rows]
 
     def tokens(self) -> list[TokenRow]:
         rows = self._read().execute(

@@ -24,7 +24,9 @@ from corral.server.api import create_asgi
 from corral.server.auth import write_admin_token
 from corral.server.controlplane import ControlPlane
 from corral.server.httpguard import KEEP_ALIVE, MAX_CONNECTIONS, GuardedHttpTools
+from corral.server.interactive import DEFAULT_PORT_RANGE, Interactive, load_templates
 from corral.server.inventory import local_inventory, pretend_inventory
+from corral.server.proxy import JobProxy
 from corral.server.quotafile import QuotaSource
 from corral.server.store import Store
 
@@ -45,6 +47,13 @@ class Settings:
     cluster: str | None = None  # a cluster file or shorthand: pretend nodes, all run here
     allow_hosts: tuple[str, ...] = ()  # Host header names accepted besides IPs and localhost
     run_as: str | None = None  # accounts.USERS or CORRAL; None: USERS when root
+    templates: Path | None = None  # the admin's templates for interactive jobs
+    port_range: tuple[int, int] = DEFAULT_PORT_RANGE  # ports for interactive jobs, per node
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
 
 
 class StateDirBusy(RuntimeError):
@@ -130,6 +139,13 @@ def build(settings: Settings) -> ControlPlane:
     quota = QuotaSource(settings.quota, sorted({n.accelerator for n in inventory.nodes}))
     store = Store(settings.state_dir / "corral.db")
     executor = LocalExecutor(settings.state_dir)
+    interactive = Interactive(
+        store,
+        settings.state_dir,
+        load_templates(settings.templates),
+        settings.port_range,
+        public_url=settings.url,
+    )
     return ControlPlane(
         store,
         executor,
@@ -139,6 +155,7 @@ def build(settings: Settings) -> ControlPlane:
         decide,
         check_admissible,
         RunAs(settings.run_as),
+        interactive,
     )
 
 
@@ -154,8 +171,10 @@ class Server:
         self.token_path = settings.state_dir / "admin.token"
         self.new_token = write_admin_token(self.cp.tokens, self.token_path)
         protocol = guarded_protocol()
+        assert self.cp.interactive is not None
+        hosts = (settings.host, *settings.allow_hosts)
         config = uvicorn.Config(
-            create_asgi(self.cp, (settings.host, *settings.allow_hosts)),
+            JobProxy(create_asgi(self.cp, hosts), self.cp, self.cp.interactive, hosts),
             host=settings.host,
             port=settings.port,
             log_level="warning",
@@ -174,19 +193,22 @@ class Server:
 
     @property
     def url(self) -> str:
-        host = self.settings.host
-        host = f"[{host}]" if ":" in host else host
-        return f"http://{host}:{self.settings.port}"
+        return self.settings.url
 
     def run(self) -> None:
-        self.cp.start()
+        self._start_loops()
         try:
             self.http.run()
         finally:
             self.close()
 
-    def start(self, timeout: float = 30.0) -> None:
+    def _start_loops(self) -> None:
         self.cp.start()
+        assert self.cp.interactive is not None
+        self.cp.interactive.start(self.cp)
+
+    def start(self, timeout: float = 30.0) -> None:
+        self._start_loops()
         self._thread = threading.Thread(target=self.http.run, name="corral-http", daemon=True)
         self._thread.start()
         deadline = time.monotonic() + timeout
@@ -202,6 +224,8 @@ class Server:
         self.close()
 
     def close(self) -> None:
+        if self.cp.interactive is not None:
+            self.cp.interactive.stop()
         self.cp.stop()
         self.cp.store.close()
         os.close(self._lock_fd)

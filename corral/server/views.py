@@ -119,6 +119,10 @@ class Views:
                     ],
                 }
             )
+        if row.spec.kind == "interactive" and cp.interactive is not None:
+            out["template"] = row.spec.template
+            out["idle_timeout"] = row.spec.idle_timeout
+            out["endpoints"] = cp.interactive.endpoints(cp.live.get(row.id, row))
         last = out["attempts"][-1] if out["attempts"] else None
         out["placement"] = last["placement"] if last else []
         out["master_port"] = last["master_port"] if last else None
