@@ -45,7 +45,7 @@ def fail(message: str, code: int = 2) -> None:
 
 
 def main() -> None:
-    from corral.cli import crypt, interactive, live, simulate  # noqa: F401  (registers commands)
+    from corral.cli import acct, crypt, interactive, live, simulate  # noqa: F401  (registers commands)
 
     try:
         app()

@@ -54,12 +54,12 @@ class Column:
     wide: bool = False  # shown only with -o wide
 
 
-def check_format(output: str | None, as_json: bool) -> str | None:
+def check_format(output: str | None, as_json: bool, formats: Sequence[str] = FORMATS) -> str | None:
     if as_json:
         return "json"
-    if output is not None and output not in FORMATS:
+    if output is not None and output not in formats:
         typer.echo(
-            f"corral: error: --output: {output!r} is not one of {', '.join(FORMATS)}", err=True
+            f"corral: error: --output: {output!r} is not one of {', '.join(formats)}", err=True
         )
         raise typer.Exit(EXIT_USAGE)
     return output

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Sequence
 from typing import Annotated, Any
 
@@ -480,6 +481,35 @@ def create_app(cp: ControlPlane) -> FastAPI:
     @app.get("/v1/quota", tags=["queue"], responses=_ERRORS)
     def quota(user: User) -> dict[str, Any]:
         return views.quota(user)
+
+    @app.get(
+        "/v1/acct",
+        tags=["queue"],
+        responses=_ERRORS,
+        description="Accounting (docs/live.md): per project, user and accelerator type, and per "
+        "day or week with `by`, accelerator-hours, jobs submitted and ended, wait to a first "
+        "start and preemptions in [since, until). Users see their projects; admins all.",
+    )
+    def acct(
+        user: User,
+        since: Annotated[float, Query(ge=0, le=1e11, description="Unix time")] = 0.0,
+        until: Annotated[float | None, Query(ge=0, le=1e11, description="default: now")] = None,
+        by: Annotated[str, Query(description="total, day or week")] = "total",
+        project: Annotated[list[str] | None, Query(description="filter; repeatable")] = None,
+        owner: Annotated[str | None, Query(alias="user", description="this user's jobs")] = None,
+    ) -> list[dict[str, Any]]:
+        from corral.server.acct import PERIODS, account
+
+        if by not in PERIODS:
+            raise Refused(422, f"by: {by!r} is not one of {', '.join(PERIODS)}")
+        allowed = views.visible_projects(user)
+        denied = sorted(set(project or ()) - set(allowed)) if allowed is not None else []
+        if denied:
+            raise Refused(403, f"user {user.user} is not a member of project {denied[0]!r}")
+        projects = project if project is not None else allowed
+        until = time.time() if until is None else until
+        rows = account(cp.store, since, until, by, projects, owner)
+        return [r.as_dict() for r in rows]
 
     @app.get("/v1/nodes", tags=["queue"], responses=_ERRORS)
     def nodes(user: User) -> list[dict[str, Any]]:

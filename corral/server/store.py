@@ -245,6 +245,37 @@ class TokenRow:
 
 
 @dataclass(frozen=True, slots=True)
+class AcctRun:
+    """One attempt's run, for accounting."""
+
+    project: str
+    user: str
+    accelerator: str
+    accelerators: int
+    started_at: float
+    finished_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class AcctJob:
+    project: str
+    user: str
+    accelerator: str
+    state: str
+    submitted_at: float
+    finished_at: float | None
+    first_start: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class AcctPreemption:
+    t: float
+    project: str
+    user: str
+    accelerator: str
+
+
+@dataclass(frozen=True, slots=True)
 class EventRow:
     seq: int
     t: float
@@ -612,3 +643,77 @@ class Store:
             "SELECT hash, user, admin, created_at FROM tokens ORDER BY created_at"
         )
         return [TokenRow(r["hash"], r["user"], bool(r["admin"]), r["created_at"]) for r in rows]
+
+    # -- accounting (corral/server/acct.py) --------------------------------------------------------
+
+    def _acct_filter(
+        self, projects: Sequence[str] | None, user: str | None
+    ) -> tuple[str, list[Any]]:
+        where, args = "", []
+        if projects is not None:
+            where += f" AND j.project IN ({', '.join('?' * len(projects))})"
+            args.extend(projects)
+        if user is not None:
+            where += " AND j.user = ?"
+            args.append(user)
+        return where, args
+
+    def acct_attempts(
+        self, since: float, until: float, projects: Sequence[str] | None, user: str | None
+    ) -> list[AcctRun]:
+        """Attempts that ran at some time in [since, until)."""
+        where, args = self._acct_filter(projects, user)
+        sql = (
+            "SELECT j.project, j.user, j.spec, a.started_at, a.finished_at FROM attempts a"
+            " JOIN jobs j ON j.id = a.job_id WHERE a.started_at < ?"
+            " AND (a.finished_at IS NULL OR a.finished_at > ?)" + where
+        )
+        out = []
+        for r in self._read().execute(sql, [until, since, *args]):
+            res = json.loads(r["spec"])["resources"]
+            demand = res["per_worker"] * res["workers"] * res["slices"]
+            out.append(
+                AcctRun(r["project"], r["user"], res["accelerator"], demand, r[3], r["finished_at"])
+            )
+        return out
+
+    def acct_jobs(
+        self, since: float, until: float, projects: Sequence[str] | None, user: str | None
+    ) -> list[AcctJob]:
+        """Jobs submitted, ended or first started in [since, until)."""
+        where, args = self._acct_filter(projects, user)
+        sql = (
+            "SELECT j.project, j.user, j.spec, j.state, j.submitted_at, j.finished_at,"
+            " (SELECT MIN(a.started_at) FROM attempts a WHERE a.job_id = j.id) AS first_start"
+            " FROM jobs j WHERE (j.submitted_at >= ? AND j.submitted_at < ?"
+            " OR j.finished_at >= ? AND j.finished_at < ?"
+            " OR j.started_at >= ?)" + where  # a first start is never later than the latest
+        )
+        rows = self._read().execute(sql, [since, until, since, until, since, *args])
+        return [
+            AcctJob(
+                r["project"],
+                r["user"],
+                json.loads(r["spec"])["resources"]["accelerator"],
+                r["state"],
+                r["submitted_at"],
+                r["finished_at"],
+                r["first_start"],
+            )
+            for r in rows
+        ]
+
+    def acct_preemptions(
+        self, since: float, until: float, projects: Sequence[str] | None, user: str | None
+    ) -> list[AcctPreemption]:
+        where, args = self._acct_filter(projects, user)
+        sql = (
+            "SELECT e.t, j.project, j.user, j.spec FROM events e JOIN jobs j ON j.id = e.job"
+            " WHERE e.event = 'preempt' AND e.t >= ? AND e.t < ?" + where
+        )
+        return [
+            AcctPreemption(
+                r["t"], r["project"], r["user"], json.loads(r["spec"])["resources"]["accelerator"]
+            )
+            for r in self._read().execute(sql, [since, until, *args])
+        ]

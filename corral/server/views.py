@@ -162,6 +162,10 @@ class Views:
 
     # -- queue, quota, nodes ----------------------------------------------------------------------
 
+    def visible_projects(self, who: Principal) -> list[str] | None:
+        """The projects `who` may look at; None: all (admins)."""
+        return self._projects(who, None)
+
     def _projects(self, who: Principal, project: str | None) -> list[str] | None:
         """Projects `who` may look at (None: all), narrowed to `project` if given."""
         cp = self.cp

@@ -1,0 +1,106 @@
+"""`corral acct` against a real `corral up`: its figures equal a recount from the event log of
+jobs with known run times."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections import defaultdict
+
+import pytest
+
+pytestmark = pytest.mark.live
+
+QUOTA = """
+[toml-schema]
+version = "1"
+[project_membership]
+vision = ["alice"]
+nlp = ["bob", "carol"]
+[project_resources.vision]
+gpu = 0.5
+[project_resources.nlp]
+gpu = 0.5
+"""
+
+
+@pytest.fixture(scope="module")
+def server(module_servers):
+    server = module_servers(QUOTA, fake_gpus=2)
+    tok = {u: server.token(u) for u in ("alice", "bob", "carol")}
+
+    def submit(user: str, gpus: int, command: str) -> str:
+        args = ("submit", "--per-worker", str(gpus), "--", command)
+        return server.cli(*args, token=tok[user]).stdout.strip()
+
+    # 1 GPU for 1 s and a failure after 1 s fill the pool; the 2-GPU job waits for both.
+    short, failing = submit("alice", 1, "sleep 1"), submit("bob", 1, "sleep 1; exit 3")
+    wide = submit("alice", 2, "sleep 2")
+    server.wait(wide, "running")
+    never = submit("carol", 2, "true")  # waits behind the wide job, and is cancelled
+    server.cli("cancel", never, token=tok["carol"])
+    for job in (short, failing, wide):
+        server.wait(job, ("succeeded", "failed"))
+    server.tokens = tok
+    return server
+
+
+def _recount(server) -> dict[tuple[str, str], dict[str, float]]:
+    """The same figures, from the event log and each job's size."""
+    with server.http(server.admin_token) as c:
+        events = c.get("/v1/events").json()
+        jobs = {j["id"]: j for j in c.get("/v1/jobs", params={"all": True}).json()}
+    out: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    started: dict[str, float] = {}
+    for e in events:
+        job = jobs[e["job"]]
+        figures = out[job["project"], job["user"]]
+        if e["event"] == "submit":
+            figures["jobs"] += 1
+        elif e["event"] == "start":
+            if job["id"] not in started:
+                figures["started"] += 1
+                figures["wait_seconds"] += e["t"] - job["submitted_at"]
+            started[job["id"]] = e["t"]
+        elif e["event"] in ("finish", "fail"):
+            ran = e["t"] - started[job["id"]]
+            figures["accelerator_hours"] += ran * job["accelerators"] / 3600
+            figures["succeeded" if e["event"] == "finish" else "failed"] += 1
+        elif e["event"] == "cancel":
+            figures["cancelled"] += 1
+    return out
+
+
+def test_acct_equals_a_recount_from_the_event_log(server):
+    rows = json.loads(server.cli("acct", "--json", admin=True).stdout)
+    got = {(r["project"], r["user"]): r for r in rows}
+    expected = _recount(server)
+    assert set(got) == set(expected) == {("vision", "alice"), ("nlp", "bob"), ("nlp", "carol")}
+    for key, figures in expected.items():
+        for name in ("jobs", "started", "succeeded", "failed", "cancelled", "preemptions"):
+            assert got[key][name] == figures.get(name, 0), (key, name)
+        for name in ("accelerator_hours", "wait_seconds"):
+            assert got[key][name] == pytest.approx(figures.get(name, 0), abs=1e-5), (key, name)
+    # The run times we asked for: alice 1 GPU x 1 s + 2 GPUs x 2 s; bob 1 GPU x 1 s.
+    assert 5.0 <= got["vision", "alice"]["accelerator_hours"] * 3600 < 7.0
+    assert 1.0 <= got["nlp", "bob"]["accelerator_hours"] * 3600 < 2.0
+    assert got["vision", "alice"]["wait_seconds"] > 0.1  # the wide job waited for the pool
+
+
+def test_acct_by_day_csv_and_filters(server):
+    total = json.loads(server.cli("acct", "--json", admin=True).stdout)
+    daily = server.cli("acct", "--by", "day", "-o", "csv", admin=True).stdout
+    parsed = list(csv.DictReader(io.StringIO(daily)))
+    assert {r["period"] for r in parsed} and all(r["period"] for r in parsed)
+    hours = sum(float(r["accelerator_hours"]) for r in parsed)
+    assert hours == pytest.approx(sum(r["accelerator_hours"] for r in total), abs=1e-5)
+    table = server.cli("acct", "--project", "nlp", token=server.tokens["bob"]).stdout
+    assert [line.split()[:2] for line in table.splitlines()[1:]] == [
+        ["nlp", "bob"],
+        ["nlp", "carol"],
+    ]
+    refused = server.cli("acct", "--project", "vision", token=server.tokens["bob"], check=False)
+    assert refused.returncode == 3 and "not a member of project 'vision'" in refused.stderr
+    assert server.cli("acct", "--since", "2999-01-01", admin=True).stdout == ""
+    assert server.cli("acct", "--by", "month", admin=True, check=False).returncode == 2
