@@ -241,9 +241,65 @@ def summary(demo: Demo, jobs: list[dict], console: Console) -> None:
         victim, winner = by_id[e["job"]], by_id.get(e.get("preemptor", ""), {})
         console.print(
             f"  {victim['project']}/{victim['name']} preempted for "
-            f"{winner.get('project', '?')}/{winner.get('name', '?')}, resumed as attempt 1: "
-            f"{e.get('reason', '')}"
+            f"{winner.get('project', '?')}/{winner.get('name', '?')} (a reclaim), resumed as"
+            f" attempt 1"
         )
+    for j in jobs:
+        if j["state"] == "failed":
+            console.print(f"  {j['project']}/{j['name']} failed on purpose (exit {j['exit_code']})")
+    console.print()
+    console.print(NEXT, highlight=False, markup=False, soft_wrap=True)
+
+
+# Kept within 78 columns and printed with soft_wrap, so a pipe or a narrow terminal shows
+# the lines as written.
+INTRO = """\
+[bold]corral demo[/]: a real control plane (HTTP API, scheduler, SQLite store, job
+processes) on a pretend box with {gpus} GPUs, shared by two teams: [bold]vision[/] is
+guaranteed 60% of the GPUs, [bold]nlp[/] 40%. It takes about {seconds:.0f} s. You will see:
+  1. nlp submits more than its share: the GPUs vision leaves idle are lent to
+     nlp rather than left unused.
+  2. At {finetune:.0f} s vision submits [bold]finetune[/], 2 workers x 2 GPUs, within its
+     guarantee. corral takes GPUs back by preempting nlp's most recent
+     borrowers (SIGTERM, then a grace period): nlp is above its guarantee.
+  3. The preempted jobs go back to the queue and resume as attempt 1 when
+     GPUs free up.
+  4. [bold]lint-data[/] (nlp) exits 1 on purpose: a failed job keeps its exit code
+     and reason, and is not retried (its max_restarts is 0).
+Reading the screen:
+  GPUS 2x2  workers x GPUs per worker
+  ATT       the attempt: 0 is the first run, 1 the run after a preemption
+  USE       █ a GPU the team holds, · one it does not hold; [bold]|[/] marks the
+            team's guarantee: blocks right of it are borrowed
+"""
+
+NEXT = """\
+What to try next:
+  corral up --fake-gpus 8      # a pool of your own, in another terminal; then
+  export CORRAL_URL=http://127.0.0.1:8642
+  export CORRAL_TOKEN_FILE=~/.corral/admin.token
+  corral submit -- python -c 'print("hello")'
+  corral ls; corral logs j1; corral quota
+  corral demo --keep           # keep this run's state dir to look around
+  docs/live.md covers quota files, DDP jobs, metrics and accounting.
+"""
+
+
+def _event_line(e: dict, t0: float, by_id: dict[str, dict]) -> str:
+    """One event as a line of the story, for a log rather than a screen."""
+    job = by_id.get(e["job"], {})
+    who = f"{job.get('project', '?')}/{job.get('name', e['job'])}"
+    detail = {
+        "submit": "submitted",
+        "start": f"started, attempt {e.get('attempt', 0)}",
+        "finish": "finished",
+        "fail": f"failed: {e.get('reason', '')}",
+        "preempt": "preempted: its GPUs go back to vision (a reclaim)"
+        if e.get("reason", "").startswith("reclaimed")
+        else f"preempted: {e.get('reason', '')}",
+        "cancel": "cancelled",
+    }.get(e["event"], e["event"])
+    return f"{e['t'] - t0:5.1f}s  {who:<17} {detail}"
 
 
 def demo_capacity(demo: Demo) -> int:
@@ -280,6 +336,25 @@ def run_demo(fast: bool = False, gpus: int = 8, keep: bool = False, console: Con
             shutil.rmtree(root, ignore_errors=True)
 
 
+def _narrate(demo: Demo, console: Console, t0: float, deadline: float) -> tuple[list, dict]:
+    """Piped, a screen redrawn in place would show only its last frame: tell the story as
+    lines instead, one per event, with the teams' GPUs after each preemption."""
+    shown = 0
+    jobs, quota = demo.poll()
+    while not demo.done(jobs) and demo.elapsed() < deadline:
+        demo.submit_due()
+        jobs, quota = demo.poll()
+        by_id = {j["id"]: j for j in jobs}
+        new, shown = demo.events[shown:], len(demo.events)
+        for e in new:
+            console.print(_event_line(e, t0, by_id), highlight=False, markup=False, soft_wrap=True)
+        if any(e["event"] == "preempt" for e in new):
+            console.print(_quota_table(quota))
+            console.print("  (the teams' GPUs just after the preemption)")
+        time.sleep(0.25)
+    return jobs, quota
+
+
 def _client(url: str, token: str) -> httpx.Client:
     return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
 
@@ -291,13 +366,21 @@ def _play(server: Server, scale: float, console: Console) -> None:
     demo = Demo(server.url, _client(server.url, admin_token), users, scale)
     t0 = time.time()
     deadline = 120 * scale + 30
+    finetune = next(a.at for a in WORKLOAD if a.name == "finetune") * scale
+    gpus = server.cp.inventory.nodes[0].count
+    intro = INTRO.format(gpus=gpus, seconds=50 * scale, finetune=finetune)
+    console.print(intro, highlight=False, soft_wrap=True)
     jobs, quota = demo.poll()
-    with Live(render(demo, jobs, quota, t0), console=console, refresh_per_second=4) as live:
-        while not demo.done(jobs) and demo.elapsed() < deadline:
-            demo.submit_due()
-            jobs, quota = demo.poll()
-            live.update(render(demo, jobs, quota, t0))
-            time.sleep(0.25)
+    if console.is_terminal:
+        with Live(render(demo, jobs, quota, t0), console=console, refresh_per_second=4) as live:
+            while not demo.done(jobs) and demo.elapsed() < deadline:
+                demo.submit_due()
+                jobs, quota = demo.poll()
+                live.update(render(demo, jobs, quota, t0))
+                time.sleep(0.25)
+    else:
+        jobs, quota = _narrate(demo, console, t0, deadline)
+        console.print(render(demo, jobs, quota, t0))
     console.print()
     for job in jobs:  # past the deadline: don't leave processes behind
         if job["state"] in ("pending", "running"):
