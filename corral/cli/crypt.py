@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from corral.cli import app, fail
+from corral.cli.output import JsonOpt, print_json
 
 crypt_app = typer.Typer(
     help="Encrypted checkpoint storage: keys, key rotation, sealed checkpoint steps.",
@@ -55,6 +56,7 @@ def keygen(
     keyring: Annotated[Path, typer.Argument(help="keyring file; made (mode 0600) if absent")],
     key_id: Annotated[str | None, typer.Option("--id", help="the key's id (default key-N)")] = None,
     primary: Annotated[bool, typer.Option(help="new objects use the new key")] = True,
+    as_json: JsonOpt = False,
 ) -> None:
     """Add a new random AES-256 key to a keyring file."""
     crypt = _crypt()
@@ -62,6 +64,9 @@ def keygen(
         made = crypt.add_key(keyring, key_id, primary=primary)
     except crypt.CryptError as err:
         fail(str(err))
+    if as_json:
+        print_json({"keyring": str(keyring), "key": made, "primary": primary})
+        return
     typer.echo(f"{keyring}: added key {made}" + (" (primary)" if primary else ""))
 
 
@@ -70,6 +75,7 @@ def rotate(
     urls: Annotated[list[str], typer.Argument(help="objects or directories: s3://bucket/ckpt")],
     keyring: KeyringOption = None,
     to: Annotated[str | None, typer.Option(help="key id (default: each bucket's key)")] = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Re-wrap the data keys of encrypted objects with another key; data is not re-encrypted."""
     crypt = _crypt()
@@ -83,6 +89,9 @@ def rotate(
                 changed += fs.rekey(p, to)
     except (crypt.CryptError, FileNotFoundError) as err:
         fail(str(err))
+    if as_json:
+        print_json({"rewrapped": changed, "objects": total})
+        return
     typer.echo(f"re-wrapped {changed} of {total} objects")
 
 
@@ -91,6 +100,7 @@ def seal(
     url: Annotated[str, typer.Argument(help="a checkpoint step's directory")],
     step: Annotated[int | None, typer.Option(help="the step number to record")] = None,
     keyring: KeyringOption = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Write the step's sealed manifest (do it last, once every object is written)."""
     crypt = _crypt()
@@ -101,6 +111,9 @@ def seal(
         manifest = seal_step(fs, path, step)
     except crypt.CryptError as err:
         fail(str(err))
+    if as_json:
+        print_json(manifest)
+        return
     typer.echo(f"{url}: sealed {len(manifest['objects'])} objects")
 
 
@@ -109,6 +122,7 @@ def verify(
     url: Annotated[str, typer.Argument(help="a checkpoint step's directory")],
     step: Annotated[int | None, typer.Option(help="the step number it must hold")] = None,
     keyring: KeyringOption = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Check a step against its manifest: nothing missing, foreign or rewritten."""
     crypt = _crypt()
@@ -119,6 +133,9 @@ def verify(
         manifest = verify_step(fs, path, step)
     except crypt.CryptError as err:
         fail(str(err), code=1)
+    if as_json:
+        print_json(manifest)
+        return
     typer.echo(f"{url}: step {manifest['step']}, {len(manifest['objects'])} objects, intact")
 
 

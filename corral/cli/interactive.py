@@ -19,6 +19,7 @@ import typer
 
 from corral.cli import app, fail
 from corral.cli.live import DEFAULT_URL, Client, TokenFileOpt, UrlOpt, _read_token
+from corral.cli.output import JsonOpt, print_json
 
 keys_app = typer.Typer(help="Your SSH public keys, for jobs from the ssh template.")
 app.add_typer(keys_app, name="keys")
@@ -29,6 +30,7 @@ def keys_add(
     file: Annotated[Path, typer.Argument(help="Public key file, e.g. ~/.ssh/id_ed25519.pub.")],
     url: UrlOpt = DEFAULT_URL,
     token_file: TokenFileOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Add a public key; ssh jobs started from now on accept it."""
     try:
@@ -38,13 +40,22 @@ def keys_add(
     if "PRIVATE KEY" in text:
         fail(f"{file} is a private key; give the .pub file")
     keys = Client(url, token_file).post("/v1/keys", {"key": text.strip()})
+    if as_json:
+        print_json(keys)
+        return
     typer.echo(f"{len(keys)} key(s) on file")
 
 
 @keys_app.command("ls")
-def keys_ls(url: UrlOpt = DEFAULT_URL, token_file: TokenFileOpt = None) -> None:
+def keys_ls(
+    url: UrlOpt = DEFAULT_URL, token_file: TokenFileOpt = None, as_json: JsonOpt = False
+) -> None:
     """List your public keys."""
-    for key in Client(url, token_file).get("/v1/keys"):
+    keys = Client(url, token_file).get("/v1/keys")
+    if as_json:
+        print_json(keys)
+        return
+    for key in keys:
         typer.echo(key)
 
 
