@@ -15,10 +15,10 @@ import pytest
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import ClientError
+from crypt_servers import CREDENTIALS, gateway, seaweedfs
 
 from corral.crypt import IntegrityError, add_key
 from corral.crypt.format import HEADER_SIZE, MAGIC
-from tests.crypt_servers import CREDENTIALS, gateway, seaweedfs
 
 pytestmark = pytest.mark.live
 
