@@ -49,6 +49,8 @@ class Launch:
     account: str | None = None
     # Where the workers start; None: the account's home directory.
     workdir: str | None = None
+    # `corral crypt-proxy` to start beside the workers: {"backend": URL, "keyring": path}.
+    crypt_proxy: dict[str, str] | None = None
 
     def validate(self) -> None:
         """Raise ValueError if the gang's shape is inconsistent (a bug in the caller)."""

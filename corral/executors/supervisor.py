@@ -21,12 +21,13 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO
 
 import psutil
 
+from corral.executors import cryptproxy
 from corral.executors.base import FAILED, SUCCEEDED, TERMINATED, TIMEOUT, AttemptExit, Launch
 from corral.executors.runas import WorkerSetupError, not_dumpable, worker_process
 from corral.executors.rundir import (
@@ -87,12 +88,15 @@ class Supervisor:
         self.kill_at = 0.0  # monotonic time to SIGKILL the groups, once stopping
         self.give_up_at: float | None = None  # set once SIGKILL was sent
         self.deadline: float | None = None
+        self.crypt_proxy: subprocess.Popen[bytes] | None = None
 
     # --- starting ---------------------------------------------------------------------------
 
     def start_workers(self) -> None:
         if self.launch.max_runtime is not None:
             self.deadline = time.monotonic() + self.launch.max_runtime
+        if self.launch.crypt_proxy and not self.start_crypt_proxy():
+            return
         for index in range(len(self.launch.workers)):
             # A stop requested while starting must not start the rest of the gang.
             if self.signals.stop_requested or self.first_failed is not None:
@@ -125,6 +129,21 @@ class Supervisor:
         # Recorded after every start: if we die mid-gang, terminate() can still find them all.
         write_json_atomic(self.run.file("workers.json"), [r.to_dict() for r in self.refs])
         log.info("worker %d started, pid %d", index, proc.pid)
+
+    def start_crypt_proxy(self) -> bool:
+        """The job's encrypting storage gateway, up before any worker needs it."""
+        try:
+            log_path = self.run.file("crypt-proxy.log")
+            self.crypt_proxy, env = cryptproxy.start(
+                self.launch, log_path, [str(self.run.state_dir)]
+            )
+        except (WorkerSetupError, OSError) as err:
+            with open(self.run.worker_log(0), "ab") as out:
+                self.not_started(0, out, str(err))
+            return False
+        self.launch = replace(self.launch, env={**self.launch.env, **env})
+        log.info("crypt proxy started, pid %d: %s", self.crypt_proxy.pid, env["CORRAL_CRYPT_PROXY"])
+        return True
 
     def not_started(self, index: int, out: BinaryIO, why: str) -> None:
         # The worker's log is where its user will look for why it did not run.
@@ -234,6 +253,8 @@ class Supervisor:
                     pass
 
     def finish(self) -> AttemptExit:
+        if self.crypt_proxy is not None:
+            cryptproxy.stop(self.crypt_proxy)
         kill_escaped_descendants()
         self.reap()
         assert self.outcome is not None  # settled() holds

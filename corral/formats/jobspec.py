@@ -110,6 +110,24 @@ def _workdir(value: Any) -> str | None:
     return value
 
 
+def _crypt_backend(value: Any) -> str:
+    if not isinstance(value, str) or not value.startswith(("s3://", "s3+https://", "file:///")):
+        raise ValueError(
+            "must be where the gateway stores objects: s3://HOST:PORT[/PREFIX],"
+            f" s3+https://HOST[/PREFIX] or file:///DIR, got {show(value)}"
+        )
+    return value
+
+
+class CryptProxyModel(BaseModel):
+    """`crypt_proxy:` — `corral crypt-proxy` started beside the workers (docs/crypt.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Annotated[str, BeforeValidator(_crypt_backend)]
+    keyring: Annotated[str | None, BeforeValidator(_workdir)] = None
+
+
 class ResourcesModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -136,6 +154,7 @@ class JobModel(BaseModel):
     template: Annotated[str | None, BeforeValidator(_template)] = None
     idle_timeout: OptionalPositiveDuration = None
     workdir: Annotated[str | None, BeforeValidator(_workdir)] = None
+    crypt_proxy: CryptProxyModel | None = None
 
     @model_validator(mode="after")
     def _interactive(self) -> JobModel:
@@ -168,6 +187,9 @@ class JobModel(BaseModel):
             template=self.template,
             idle_timeout=self.idle_timeout,
             workdir=self.workdir,
+            crypt_proxy=(
+                None if self.crypt_proxy is None else self.crypt_proxy.model_dump(exclude_none=True)
+            ),
         )
 
 

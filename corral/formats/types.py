@@ -48,6 +48,9 @@ class JobSpec:
     template: str | None = None  # interactive: the template the command came from
     idle_timeout: float | None = None  # interactive: cancelled after this long idle (seconds)
     workdir: str | None = None  # absolute; None: the home directory of the job's account
+    # An encrypting storage gateway beside the workers (docs/crypt.md): {"backend": URL,
+    # "keyring": absolute path or absent}; None: none.
+    crypt_proxy: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

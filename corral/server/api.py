@@ -81,6 +81,13 @@ _SPEC_SCHEMA = {
         "workdir": {"type": "string", "description": "absolute path on the node"},
         "template": {"type": "string", "description": "interactive: jupyter, tensorboard, ..."},
         "idle_timeout": {"oneOf": [{"type": "number"}, {"type": "string"}]},
+        "crypt_proxy": {
+            "type": "object",
+            "description": "an encrypting storage gateway beside the workers (docs/crypt.md)",
+            "required": ["backend"],
+            "properties": {"backend": {"type": "string"}, "keyring": {"type": "string"}},
+            "additionalProperties": False,
+        },
     },
     "additionalProperties": False,
 }

@@ -713,6 +713,7 @@ class ControlPlane:
             grace=self.quota.scheduler.preempt_grace,
             account=self.run_as.account(row.user, self.quota),
             workdir=spec.workdir,
+            crypt_proxy=spec.crypt_proxy,
         )
         if self.interactive is not None and spec.kind == "interactive":
             launch = self.interactive.prepare(launch, self.store.ssh_keys(row.user))

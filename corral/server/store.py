@@ -311,6 +311,8 @@ def spec_to_json(spec: JobSpec) -> str:
         "kind": spec.kind,
         "workdir": spec.workdir,
     }
+    if spec.crypt_proxy is not None:
+        data["crypt_proxy"] = spec.crypt_proxy
     if spec.kind == "interactive":
         data["template"] = spec.template
         data["idle_timeout"] = spec.idle_timeout
@@ -336,6 +338,7 @@ def spec_from_json(text: str) -> JobSpec:
         workdir=data.get("workdir"),  # absent in rows stored before workdir existed
         template=data.get("template"),
         idle_timeout=data.get("idle_timeout"),
+        crypt_proxy=data.get("crypt_proxy"),
     )
 
 

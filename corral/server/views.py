@@ -36,6 +36,7 @@ def _spec_dict(row: JobRow) -> dict[str, Any]:
         "max_runtime": spec.max_runtime,
         "kind": spec.kind,
         "workdir": spec.workdir,
+        "crypt_proxy": spec.crypt_proxy,
     }
 
 
