@@ -6,14 +6,21 @@ One `corral up` for the module, driven over real HTTP and through the CLI.
 from __future__ import annotations
 
 import contextlib
+import itertools
+import json
+import os
 import resource
+import shutil
+import signal
 import socket
+import sqlite3
 import stat
 import time
 
 import httpx
+import psutil
 import pytest
-from conftest import LiveServer, free_port
+from conftest import TEAM_QUOTA, LiveServer, free_port
 
 pytestmark = pytest.mark.live
 
@@ -29,6 +36,7 @@ gpu = 0.5
 gpu = 0.5
 [scheduler]
 preempt_grace = "1s"
+restart_backoff = "1s"
 """
 
 SLEEP = {"project": "vision", "command": "sleep 60"}
@@ -284,3 +292,70 @@ def test_a_loose_state_dir_is_made_private_and_extra_hosts_allowed(tmp_path):
             assert c.get("/healthz", headers={"Host": "other.example"}).status_code == 400
     finally:
         server.stop()
+
+
+# -- 6. an attempt cut short between its run dir and its launch runs as the same attempt ----------
+
+
+def test_a_launch_cut_short_is_finished_as_the_same_attempt(live_servers):
+    server = live_servers(TEAM_QUOTA, fake_gpus=1, name="cut")
+    with server.http(server.admin_token) as c:
+        spec = {"command": "echo attempt=$CORRAL_ATTEMPT; sleep 60"}
+        job = c.post("/v1/jobs", json=spec).json()["id"]
+    server.wait(job, "running")
+    server.kill()
+    server.kill_leftovers()
+    # What a crash right after creating the run dir leaves: the store says "launching",
+    # the run dir is empty, no supervisor ever started.
+    run = server.state / "runs" / job / "0"
+    shutil.rmtree(run)
+    shutil.rmtree(server.state / "logs" / job)
+    run.mkdir()
+    with sqlite3.connect(server.state / "corral.db") as db:
+        db.execute("UPDATE attempts SET state = 'launching' WHERE job_id = ?", (job,))
+    server.start()
+    deadline = time.monotonic() + 10
+    with server.http(server.admin_token) as c:
+        while (log := c.get(f"/v1/jobs/{job}/logs").content) != b"attempt=0\n":
+            assert time.monotonic() < deadline, (log, server.job(job))
+            time.sleep(0.2)
+    assert server.job(job)["attempt"] == 0
+
+
+# -- 10. a cancel completes even if the supervisor is stopped -------------------------------------
+
+
+def test_cancel_kills_a_gang_whose_supervisor_is_stopped(server, tokens):
+    job = submit(server, tokens["alice"], SLEEP).json()["id"]
+    server.wait(job, "running")
+    run = server.state / "runs" / job / "0"
+    deadline = time.monotonic() + 10
+    while not (run / "workers.json").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    supervisor = json.loads((run / "supervisor.pid").read_text())["pid"]
+    worker = json.loads((run / "workers.json").read_text())[0]["pid"]
+    os.kill(supervisor, signal.SIGSTOP)
+    try:
+        with server.http(tokens["alice"]) as c:
+            c.post(f"/v1/jobs/{job}/cancel")
+        server.wait(job, "cancelled", timeout=20)
+        assert not psutil.pid_exists(worker) or psutil.Process(worker).status() == "zombie"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(supervisor, signal.SIGCONT)
+
+
+# -- 11. a failing job backs off before each restart ----------------------------------------------
+
+
+def test_restarts_back_off_exponentially(server, tokens):
+    spec = {"project": "vision", "command": "exit 3", "max_restarts": 2}
+    job = submit(server, tokens["alice"], spec).json()["id"]
+    seen = server.wait(job, lambda j: j["reason_code"] == "backoff" or j["state"] == "failed")
+    assert seen["reason_code"] == "backoff", seen
+    done = server.wait(job, "failed", timeout=20)
+    attempts = done["attempts"]
+    assert [a["exit_code"] for a in attempts] == [3, 3, 3]
+    gaps = [b["started_at"] - a["finished_at"] for a, b in itertools.pairwise(attempts)]
+    assert gaps[0] >= 1.0 and gaps[1] >= 2.0, gaps

@@ -21,6 +21,7 @@ vision = ["alice"]
 gpu = 1.0
 [scheduler]
 preempt_grace = "1s"
+restart_backoff = "0s"  # restarts at once: this file tests the restarts, not their back-off
 """
 
 ENV_KEYS = [

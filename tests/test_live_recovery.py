@@ -150,6 +150,8 @@ def test_exit_recorded_before_a_crash_is_acknowledged_once_and_not_reapplied(db)
     row = cp2.store.job(job)
     assert row.restarts == 1 and row.attempt == 1, "the exit is not counted twice"
     assert ex.acked == [(job, 0)]
+    assert job in cp2.backoff, "the restart back-off outlives the crash"
+    cp2.backoff[job] = 0.0  # served
     cp2.cycle()
     assert cp2.store.job(job).state == "running"
     assert [launch.attempt for launch in ex.launches] == [0, 1]

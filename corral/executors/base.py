@@ -164,6 +164,11 @@ class Executor(Protocol):
         call with a shorter grace shortens the wait."""
         ...
 
+    def kill(self, job_id: str, attempt: int) -> None:
+        """SIGKILL the attempt's workers and whatever runs it, now: for an attempt that
+        ignored terminate() past its grace. Its exit then shows up in poll()."""
+        ...
+
     def poll(self) -> list[AttemptExit]:
         """Every ended attempt not yet acknowledged, including those that ended while no
         control plane was running. Reported again on every call until ack()."""

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -61,10 +62,9 @@ class LocalExecutor:
         launch.validate()
         run = self._run(launch.job_id, launch.attempt)
         run.path.parent.mkdir(parents=True, exist_ok=True)
-        relaunch = False
-        try:
-            run.path.mkdir()  # exclusive: the attempt is launched at most once
-        except FileExistsError:
+        launch = with_ports(launch)
+        relaunch = not self._create_run_dir(run, launch)
+        if relaunch:
             if run.file("supervisor.pid").exists() or run.file("status.json").exists():
                 log.info("attempt %s/%d already launched", launch.job_id, launch.attempt)
                 return
@@ -72,9 +72,8 @@ class LocalExecutor:
             # control plane died in between): start one now. Should the first be starting
             # after all, the two race for the attempt's claim and the loser leaves.
             log.warning("attempt %s/%d: launch was cut short; launching", *run.key)
-            relaunch = True
-        launch = with_ports(launch)
-        write_json_atomic(run.file("launch.json"), launch.to_dict())
+            if not run.file("launch.json").exists():  # left by a version without _create_run_dir
+                write_json_atomic(run.file("launch.json"), launch.to_dict())
         run.log_dir.mkdir(parents=True, exist_ok=True)
         with open(run.file("supervisor.log"), "ab") as out:
             proc = subprocess.Popen(
@@ -93,6 +92,22 @@ class LocalExecutor:
         if not relaunch:
             write_json_atomic(run.file("supervisor.pid"), ProcessRef.of(proc.pid).to_dict())
 
+    @staticmethod
+    def _create_run_dir(run: RunDir, launch: Launch) -> bool:
+        """Create the run dir with its launch.json in one step (a directory built aside, then
+        renamed into place), so no run dir is ever seen without one. False if it already
+        existed: the attempt is launched at most once."""
+        tmp = run.path.with_name(f".{run.attempt}.{os.getpid()}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)  # a leftover of an earlier crash of ours
+        tmp.mkdir()
+        write_json_atomic(tmp / "launch.json", launch.to_dict())
+        try:
+            os.rename(tmp, run.path)  # replaces only an empty directory: exclusive
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            return False
+        return True
+
     def terminate(self, job_id: str, attempt: int, grace: float | None = None) -> None:
         run = self._run(job_id, attempt)
         if not run.path.is_dir() or run.file("status.json").exists():
@@ -102,6 +117,18 @@ class LocalExecutor:
         if not self._signal_supervisor(run):
             # Supervisor gone: _exit_of kills its workers and records "terminated".
             self._exit_of(run)
+
+    def kill(self, job_id: str, attempt: int) -> None:
+        run = self._run(job_id, attempt)
+        if not run.path.is_dir() or run.file("status.json").exists():
+            return
+        # The supervisor first (SIGKILL reaches a stopped process too), then its gang:
+        # poll() then finds it gone and records the attempt (terminated, after stop.json).
+        ref = self._supervisor_ref(run)
+        if ref is not None and ref.is_alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(ref.pid, signal.SIGKILL)
+        kill_groups([ProcessRef.from_dict(w) for w in read_json(run.file("workers.json")) or []])
 
     def poll(self) -> list[AttemptExit]:
         self._reap_children()

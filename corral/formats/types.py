@@ -68,6 +68,10 @@ class SchedulerConfig:
     preempt_grace: float = 30.0  # seconds between SIGTERM and SIGKILL
     preempt_min_runtime: float = 0.0  # a job younger than this is never a victim
     options: dict[str, object] = field(default_factory=dict)  # policy-specific knobs
+    # A failed job waits before its gang restarts: restart_backoff, doubling per restart up to
+    # restart_backoff_max (Kubernetes' CrashLoopBackOff); 0 restarts at once. Live plane only.
+    restart_backoff: float = 10.0
+    restart_backoff_max: float = 300.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,7 +43,7 @@ from corral.executors.base import (
     Launch,
     WorkerLaunch,
 )
-from corral.formats.types import FormatError, JobSpec, Quota
+from corral.formats.types import FormatError, JobSpec, Quota, SchedulerConfig
 from corral.server.accounts import CORRAL, NoAccount, RunAs
 from corral.server.auth import Principal, TokenBook
 from corral.server.interactive import Interactive
@@ -69,6 +69,11 @@ COALESCE = 0.005
 # lock and the GIL from the API, and one per 20 ms decides a burst as well as one per submit.
 BURST_GAP = 0.02
 CHECKPOINT_INTERVAL = 1.0  # seconds between SQLite WAL checkpoints (store.checkpoint)
+# Past a stop's grace, this long for the supervisor's own SIGKILL (and its KILL_WAIT) before
+# the control plane kills the attempt itself: a stopped or hung supervisor must not keep a
+# cancelled job's accelerators forever.
+KILL_AFTER = 6.0
+BACKOFF_RESET = 600.0
 REJECT_EVENTS_PER_MINUTE = 60  # per user; further rejections are answered, not recorded
 # A WAL past this size is checkpointed in full and truncated, under the lock (a few ms).
 WAL_TRUNCATE_BYTES = 16 << 20
@@ -119,6 +124,15 @@ def job_changes(row: JobRow, att: AttemptRow, ex: AttemptExit, v: Verdict) -> di
         "preemptions": row.preemptions + int(v.preempted),
         "wait_since": ex.finished_at,
     }
+
+
+def backoff_delay(config: SchedulerConfig, restarts: int, ran: float) -> float:
+    """Seconds a failed job waits before gang restart number `restarts` (1, 2, ...): the
+    base, doubled per restart, capped; back to the base after an attempt that ran
+    BACKOFF_RESET (as Kubernetes forgets a crash loop after 10 minutes of running)."""
+    if ran >= BACKOFF_RESET:
+        restarts = 1
+    return min(config.restart_backoff * 2.0 ** min(restarts - 1, 30), config.restart_backoff_max)
 
 
 def core_job(row: JobRow) -> Job:
@@ -225,6 +239,10 @@ class ControlPlane:
         self.seq = store.max_seq()
         self._rejects: dict[str, tuple[float, int]] = {}  # user -> (window start, count)
         self._unlaunched: list[Launch] = []  # started in the store, to launch once unlocked
+        # Pending jobs waiting out a restart back-off (job -> wall time), not yet in the
+        # snapshot's queue.
+        self.backoff: dict[str, float] = {}
+        self._kill_at: dict[str, tuple[int, float]] = {}  # job -> (attempt, monotonic) to kill
         self.decision = Decision()
         self.snap = self.policy.snapshot(inventory.nodes, self.quota)
         self._recover()
@@ -279,6 +297,9 @@ class ControlPlane:
             with self._lock:
                 changed = poll and self._reload_quota()
                 changed |= poll and self._drain_exits() > 0
+                changed |= bool(self.backoff) and self._end_backoffs(time.time())
+                if poll and self._kill_at:
+                    self._escalate()
                 now = time.time()
                 due = now - self.last_decide >= MAX_CYCLE_GAP or (
                     self._wake_at is not None and now >= self._wake_at
@@ -335,6 +356,7 @@ class ControlPlane:
             self.placed[att.job_id] = self.store.placements(att.job_id, att.attempt)
             self.inventory.claim(self.placed[att.job_id])
         self._requeue_orphans()
+        self._restore_backoffs()
         self.snap = self._build_snapshot()
         # active() before poll(): an attempt that ends in between shows up in poll(), so no
         # live attempt can be missed by both and wrongly called lost.
@@ -345,11 +367,14 @@ class ControlPlane:
             key = (job_id, att.attempt)
             if key in exits:
                 continue
-            if key in active:
-                self._adopt(job_id, att)
-            elif att.state == "launching":
-                log.warning("job %s attempt %d: relaunching (launch was interrupted)", *key)
+            if att.state == "launching":
+                # Launched again whatever the executor says: launch is idempotent, and finishes
+                # one cut short (a run dir whose supervisor never started would otherwise pass
+                # for one still starting, then be lost and rerun as the next attempt).
+                log.warning("job %s attempt %d: launching again (launch was interrupted)", *key)
                 relaunch.append(self._launch_spec(self.live[job_id], att, self.placed[job_id]))
+            elif key in active:
+                self._adopt(job_id, att)
             else:
                 log.warning("job %s attempt %d: lost while the control plane was down", *key)
                 self._apply_exit(AttemptExit(job_id, att.attempt, LOST, None, [], time.time()))
@@ -357,6 +382,20 @@ class ControlPlane:
             self._apply_exit(ex)
             self.executor.ack(ex.job_id, ex.attempt)
         self._launch_all(relaunch)
+
+    def _restore_backoffs(self) -> None:
+        """Pending jobs whose last attempt failed wait out the rest of their back-off."""
+        now = time.time()
+        for row in self.live.values():
+            if row.state != "pending" or not row.restarts or not row.attempt:
+                continue
+            prev = self.store.attempt(row.id, row.attempt - 1)
+            if prev is None or prev.state != FAILED or prev.finished_at is None:
+                continue
+            ran = prev.finished_at - prev.started_at
+            until = prev.finished_at + backoff_delay(self.quota.scheduler, row.restarts, ran)
+            if until > now:
+                self.backoff[row.id] = until
 
     def _requeue_orphans(self) -> None:
         """A running job with no live attempt cannot come from our transactions (the two are
@@ -375,12 +414,14 @@ class ControlPlane:
         elif att.state == "terminating":
             # The stop may not have reached the supervisor before the crash; terminate is
             # idempotent, so ask again.
-            self.executor.terminate(job_id, att.attempt, grace=self.quota.scheduler.preempt_grace)
+            self._terminate(job_id, att.attempt)
 
     def _build_snapshot(self) -> Snapshot:
         snap = self.policy.snapshot(self.inventory.nodes, self.quota)
         snap.set_time(time.time())
         for row in sorted(self.live.values(), key=lambda r: r.seq):
+            if row.id in self.backoff:
+                continue
             snap.submit(core_job(row))
             if row.state != "running":
                 continue
@@ -590,7 +631,8 @@ class ControlPlane:
         with self.store.tx() as tx:
             tx.update_job(row.id, state="cancelled", finished_at=now, message=message)
             tx.event(now, "cancel", row.id, row.project, by=who.user, **why)
-        self.snap.withdraw(row.id)
+        if self.backoff.pop(row.id, None) is None:
+            self.snap.withdraw(row.id)
         row.state, row.finished_at, row.message = "cancelled", now, message
         self._forget(row)
         self.metrics.events.labels("cancel").inc()
@@ -611,7 +653,7 @@ class ControlPlane:
             att.state, att.stop_reason = "terminating", "cancel"
             if row.id in self.snap.running:
                 self.snap.mark_terminating(row.id)
-        self.executor.terminate(row.id, att.attempt, grace=self.quota.scheduler.preempt_grace)
+        self._terminate(row.id, att.attempt)
         self.metrics.events.labels("cancel").inc()
 
     # -- access ----------------------------------------------------------------------------------
@@ -693,7 +735,7 @@ class ControlPlane:
             self._set_attempt_state(job_id, "running")
         elif att.state == "terminating":
             # Cancelled while launching: that terminate may have found no run dir yet.
-            self.executor.terminate(job_id, attempt, grace=self.quota.scheduler.preempt_grace)
+            self._terminate(job_id, attempt)
 
     def _launch_spec(self, row: JobRow, att: AttemptRow, placed: list[PlacementRow]) -> Launch:
         spec = row.spec
@@ -738,7 +780,7 @@ class ControlPlane:
         att.state, att.stop_reason = "terminating", "preempt"
         row.message = f"preempted for {by}: {p.reason}"
         self.snap.mark_terminating(row.id)
-        self.executor.terminate(row.id, att.attempt, grace=self.quota.scheduler.preempt_grace)
+        self._terminate(row.id, att.attempt)
         self.metrics.events.labels("preempt").inc()
         self.metrics.preempted(row.project, preempt_reason(p.reason, self.quota.scheduler.policy))
 
@@ -784,13 +826,46 @@ class ControlPlane:
         if v.event == "preempt":  # not one we asked for: the attempt was lost
             self.metrics.preempted(row.project, "lost")
         if v.state == "pending":
-            self.snap.submit(core_job(row))
+            ran = ex.finished_at - att.started_at
+            delay = backoff_delay(self.quota.scheduler, row.restarts, ran) if v.restart else 0
+            self._requeue(row, delay)
         else:
             self._forget(row)
+
+    def _terminate(self, job_id: str, attempt: int) -> None:
+        """Ask the attempt to stop; if it is still there KILL_AFTER past the grace (its
+        supervisor stopped or hung), the executor kills it outright (_escalate)."""
+        grace = self.quota.scheduler.preempt_grace
+        self._kill_at.setdefault(job_id, (attempt, time.monotonic() + grace + KILL_AFTER))
+        self.executor.terminate(job_id, attempt, grace=grace)
+
+    def _escalate(self) -> None:
+        now = time.monotonic()
+        for job_id, (attempt, due) in list(self._kill_at.items()):
+            if now < due:
+                continue
+            log.warning("job %s attempt %d: not stopped after its grace; killing", job_id, attempt)
+            self.executor.kill(job_id, attempt)
+            self._kill_at[job_id] = (attempt, now + KILL_AFTER)  # again, should it survive
+
+    def _requeue(self, row: JobRow, delay: float) -> None:
+        """Back to the queue, or, after a failure, held there for its back-off first."""
+        if delay <= 0:
+            self.snap.submit(core_job(row))
+            return
+        self.backoff[row.id] = time.time() + delay
+
+    def _end_backoffs(self, now: float) -> bool:
+        ended = [job_id for job_id, until in self.backoff.items() if until <= now]
+        for job_id in ended:
+            del self.backoff[job_id]
+            self.snap.submit(core_job(self.live[job_id]))
+        return bool(ended)
 
     def _release(self, job_id: str) -> None:
         if job_id in self.snap.running:
             self.snap.stop(job_id)
+        self._kill_at.pop(job_id, None)
         self.attempts.pop(job_id, None)
         self.inventory.release(self.placed.pop(job_id, []))
 

@@ -8,6 +8,7 @@ admins see everything.
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter, defaultdict
 from typing import Any
 
@@ -50,6 +51,10 @@ class Views:
         """(code, sentence) saying why the job is where it is."""
         cp = self.cp
         if row.state == "pending":
+            until = cp.backoff.get(row.id)
+            if until is not None:
+                wait = max(0.0, until - time.time())
+                return "backoff", f"failed; restart {row.restarts} in {wait:.0f}s (back-off)"
             job = cp.snap.pending.jobs.get(row.id)
             if job is None or job.wait_since >= cp.last_decide:
                 return "order", "waiting for the next scheduling cycle"
