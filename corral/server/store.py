@@ -13,12 +13,10 @@ thread, which WAL lets run beside the writer.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import sqlite3
-import stat
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -443,23 +441,12 @@ class Tx:
         self._cur.executemany("DELETE FROM tokens WHERE hash = ?", [(d,) for d in digests])
 
 
-def _make_private(db: Path) -> None:
-    """The database and its WAL readable by corral's user alone (specs may carry secrets);
-    SQLite gives the -wal and -shm files the database file's mode."""
-    os.close(os.open(db, os.O_RDWR | os.O_CREAT, 0o600))
-    for path in (db, Path(f"{db}-wal"), Path(f"{db}-shm")):
-        with contextlib.suppress(FileNotFoundError):
-            if stat.S_IMODE(path.stat().st_mode) != 0o600:
-                path.chmod(0o600)
-
-
 # -- the store -----------------------------------------------------------------------------------
 
 
 class Store:
     def __init__(self, path: Path):
         self.path = Path(path)
-        _make_private(self.path)
         self._writer = self._connect()
         self.migrated_from = migrate(self._writer, self.path)
         # Checkpoints (copying the WAL into the database, with an fsync) are taken by
