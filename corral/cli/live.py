@@ -305,7 +305,10 @@ def _announce(server: Any) -> None:
             " try corral without GPUs with --fake-gpus N[/]"
         )
     if server.cp.run_as.mode == "users":
-        out.print("  jobs run as their users' Unix accounts ([accounts] in the quota file)")
+        out.print(
+            "  jobs run as their users' Unix accounts (\\[accounts] in the quota file; the admin"
+            ' token\'s user, admin, needs one too, e.g. admin = "you"); see docs/security.md'
+        )
     else:
         out.print("  jobs run as corral's own user, the state dir hidden from them")
     token = server.token_path
