@@ -108,8 +108,9 @@ def test_huge_offsets_are_refused_or_empty(server, tokens):
     server.wait(job, "succeeded")
     with server.http(tokens["alice"]) as c:
         resp = c.get(f"/v1/jobs/{job}/logs", params={"offset": 2**63 - 1})
-        assert resp.status_code == 200 and resp.content == b"", resp.text
-        assert resp.headers["X-Corral-Offset"] == str(2**63 - 1)
+        # Past the end: the log was truncated since (capped), read it from the start.
+        assert resp.status_code == 200 and resp.content == b"hi\n", resp.text
+        assert resp.headers["X-Corral-Offset"] == "3"
         for params in ({"offset": 2**63}, {"attempt": 2**64}, {"worker": 2**63}):
             resp = c.get(f"/v1/jobs/{job}/logs", params=params)
             assert resp.status_code == 422, (params, resp.text)
@@ -275,23 +276,27 @@ def test_security_headers_and_host_check(server, tokens):
 # -- 7. the state dir is private even if it was made with a looser mode --------------------------
 
 
-def test_a_loose_state_dir_is_made_private_and_extra_hosts_allowed(tmp_path):
-    state = tmp_path / "state"
+def started(live_servers, name: str, *args: str) -> LiveServer:
+    """A server of its own with extra `corral up` flags, torn down by the fixture."""
+    state = live_servers.root / name
+    server = LiveServer(state, free_port(), ["--fake-gpus", "1", "--run-as", "corral", *args])
+    live_servers.servers.append(server)
+    return server.start()
+
+
+def test_a_loose_state_dir_is_made_private_and_extra_hosts_allowed(live_servers):
+    state = live_servers.root / "loose"
     state.mkdir(mode=0o755)
     state.chmod(0o755)
     (state / "corral.db").touch(mode=0o644)
     (state / "corral.db").chmod(0o644)
-    server = LiveServer(state, free_port(), ["--fake-gpus", "1", "--allow-host", "gpu.example"])
-    try:
-        server.start()
-        assert stat.S_IMODE(state.stat().st_mode) == 0o700
-        for name in ("corral.db", "corral.db-wal", "admin.token"):
-            assert stat.S_IMODE((state / name).stat().st_mode) == 0o600, name
-        with server.http() as c:
-            assert c.get("/healthz", headers={"Host": "gpu.example"}).status_code == 200
-            assert c.get("/healthz", headers={"Host": "other.example"}).status_code == 400
-    finally:
-        server.stop()
+    server = started(live_servers, "loose", "--allow-host", "gpu.example")
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    for name in ("corral.db", "corral.db-wal", "admin.token"):
+        assert stat.S_IMODE((state / name).stat().st_mode) == 0o600, name
+    with server.http() as c:
+        assert c.get("/healthz", headers={"Host": "gpu.example"}).status_code == 200
+        assert c.get("/healthz", headers={"Host": "other.example"}).status_code == 400
 
 
 # -- 6. an attempt cut short between its run dir and its launch runs as the same attempt ----------
@@ -359,3 +364,45 @@ def test_restarts_back_off_exponentially(server, tokens):
     assert [a["exit_code"] for a in attempts] == [3, 3, 3]
     gaps = [b["started_at"] - a["finished_at"] for a, b in itertools.pairwise(attempts)]
     assert gaps[0] >= 1.0 and gaps[1] >= 2.0, gaps
+
+
+# -- 11. nothing grows forever: logs are capped, finished jobs and their files go ----------------
+
+
+def test_a_worker_log_is_capped(server, tokens):
+    spec = {"project": "vision", "command": "head -c 70000000 /dev/zero; echo end; sleep 60"}
+    job = submit(server, tokens["alice"], spec).json()["id"]
+    log = server.state / "logs" / job / "0" / "worker-0.log"
+    try:
+        deadline = time.monotonic() + 20
+        while not (log.with_name("worker-0.log.1").exists() and log.stat().st_size < 1 << 20):
+            assert time.monotonic() < deadline, log.stat().st_size
+            time.sleep(0.2)
+        assert log.with_name("worker-0.log.1").stat().st_size >= 64 << 20
+    finally:
+        with server.http(tokens["alice"]) as c:
+            c.post(f"/v1/jobs/{job}/cancel")
+
+
+def test_finished_jobs_their_events_and_files_are_forgotten_after_retention(live_servers):
+    server = started(live_servers, "kept", "--retention", "3s")
+    with server.http(server.admin_token) as c:
+        first = c.post("/v1/jobs", json={"command": "echo one"}).json()["id"]
+        server.wait(first, "succeeded")
+        assert (server.state / "logs" / first).is_dir()
+        time.sleep(3)
+        resp = c.post("/v1/jobs", json={"command": "echo two"})
+        assert resp.status_code == 201, resp.text
+        last = resp.json()["id"]
+        server.wait(last, "succeeded")
+        deadline = time.monotonic() + 10
+        while c.get(f"/v1/jobs/{first}").status_code != 404:
+            assert time.monotonic() < deadline, "never forgotten"
+            time.sleep(0.3)
+        assert not (server.state / "logs" / first).exists()
+        assert not (server.state / "runs" / first).exists()
+        assert all(e["job"] != first for e in c.get("/v1/events").json())
+        time.sleep(4)  # the newest job stays, so ids are never given twice
+        assert c.get(f"/v1/jobs/{last}").status_code == 200
+        nxt = c.post("/v1/jobs", json={"command": "true"}).json()["id"]
+        assert int(nxt[1:]) == int(last[1:]) + 1

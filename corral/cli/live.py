@@ -240,6 +240,16 @@ def up(
     port_range: Annotated[
         str, typer.Option(help="Ports for interactive jobs on each node, LOW-HIGH.")
     ] = "20000-29999",
+    retention: Annotated[
+        str,
+        typer.Option(
+            help="How long finished jobs, their events, run dirs and logs are kept (30d, 12h).",
+        ),
+    ] = "30d",
+    max_finished_jobs: Annotated[
+        int,
+        typer.Option(min=1, help="Finished jobs kept at most; the oldest go first."),
+    ] = 100_000,
 ) -> None:
     """Run the control plane: store, scheduler loop, local executor and HTTP API."""
     import logging
@@ -262,6 +272,7 @@ def up(
         run_as=run_as,
         templates=templates.resolve() if templates else None,
         port_range=_port_range(port_range),
+        retention=_retention(retention, max_finished_jobs),
     )
     if cluster is not None and (fake_gpus is not None or accelerator is not None):
         fail("--cluster names the nodes and their accelerators: drop --fake-gpus/--accelerator")
@@ -272,6 +283,16 @@ def up(
         fail(str(err), 1)
     _announce(server)
     server.run()
+
+
+def _retention(age: str, finished_jobs: int) -> Any:
+    from corral.formats.durations import positive_seconds
+    from corral.server.controlplane import Retention
+
+    try:
+        return Retention(positive_seconds(age), finished_jobs)
+    except ValueError as err:
+        fail(f"--retention: {err}")
 
 
 def _port_range(text: str) -> tuple[int, int]:

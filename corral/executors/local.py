@@ -154,6 +154,11 @@ class LocalExecutor:
     def log_path(self, job_id: str, attempt: int, worker: int) -> Path:
         return self._run(job_id, attempt).worker_log(worker)
 
+    def remove(self, job_id: str) -> None:
+        run = self._run(job_id, 0)
+        for path in (run.path.parent, run.log_dir.parent):
+            shutil.rmtree(path, ignore_errors=True)
+
     # --- internals --------------------------------------------------------------------------
 
     def _run(self, job_id: str, attempt: int) -> RunDir:

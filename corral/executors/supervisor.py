@@ -17,6 +17,7 @@ import ctypes
 import logging
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -42,6 +43,7 @@ from corral.executors.rundir import (
 log = logging.getLogger("corral.supervisor")
 
 STOPPING_TICK = 0.05  # how often to look whether killed groups have emptied
+LOG_MAX_BYTES = 64 << 20  # per worker log; the previous 64 MiB are kept as worker-N.log.1
 IDLE_TICK = 5.0  # safety wake-up while running; signals normally wake us first
 KILL_WAIT = 5.0  # after SIGKILL, how long to wait for the kernel before recording anyway
 SPAWN_FAILED = 127  # the shell's code for "command not found"
@@ -156,12 +158,31 @@ class Supervisor:
 
     def supervise(self) -> AttemptExit:
         self.start_workers()
+        logs_checked = time.monotonic()
         while True:
             self.reap()
             self.advance()
             if self.settled():
                 return self.finish()
+            if time.monotonic() - logs_checked >= IDLE_TICK:
+                logs_checked = time.monotonic()
+                self.cap_logs()
             self.sleep()
+
+    def cap_logs(self) -> None:
+        """Keep each worker log under LOG_MAX_BYTES: copy it to worker-N.log.1 (replacing the
+        previous one) and truncate it, as logrotate's copytruncate does (the worker keeps
+        its file open in append mode, so it goes on writing at the new end). What a worker
+        writes between the copy and the truncation is lost; at most 2 x LOG_MAX_BYTES stay."""
+        for index in range(len(self.launch.workers)):
+            path = self.run.worker_log(index)
+            try:
+                if path.stat().st_size <= LOG_MAX_BYTES:
+                    continue
+                shutil.copyfile(path, path.with_name(path.name + ".1"))
+                os.truncate(path, 0)
+            except OSError as err:
+                log.warning("worker %d log not capped: %s", index, err)
 
     def reap(self) -> None:
         """Collect every exited child: workers, and orphans reparented to us."""

@@ -74,6 +74,8 @@ CHECKPOINT_INTERVAL = 1.0  # seconds between SQLite WAL checkpoints (store.check
 # cancelled job's accelerators forever.
 KILL_AFTER = 6.0
 BACKOFF_RESET = 600.0
+SWEEP_INTERVAL = 60.0  # seconds between retention sweeps (shorter for a short retention)
+SWEEP_BATCH = 500  # finished jobs forgotten per sweep, so a sweep holds the lock briefly
 REJECT_EVENTS_PER_MINUTE = 60  # per user; further rejections are answered, not recorded
 # A WAL past this size is checkpointed in full and truncated, under the lock (a few ms).
 WAL_TRUNCATE_BYTES = 16 << 20
@@ -124,6 +126,15 @@ def job_changes(row: JobRow, att: AttemptRow, ex: AttemptExit, v: Verdict) -> di
         "preemptions": row.preemptions + int(v.preempted),
         "wait_since": ex.finished_at,
     }
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """How long finished jobs (with their events, run dirs and logs) and events are kept
+    (`corral up --retention`, `--max-finished-jobs`; docs/live.md)."""
+
+    age: float = 30 * 86400.0
+    finished_jobs: int = 100_000
 
 
 def backoff_delay(config: SchedulerConfig, restarts: int, ran: float) -> float:
@@ -239,6 +250,7 @@ class ControlPlane:
         self.seq = store.max_seq()
         self._rejects: dict[str, tuple[float, int]] = {}  # user -> (window start, count)
         self._unlaunched: list[Launch] = []  # started in the store, to launch once unlocked
+        self.retention = Retention()
         # Pending jobs waiting out a restart back-off (job -> wall time), not yet in the
         # snapshot's queue.
         self.backoff: dict[str, float] = {}
@@ -264,7 +276,7 @@ class ControlPlane:
         self._wake.set()
 
     def _run(self) -> None:
-        last_poll = last_checkpoint = last_woken = 0.0
+        last_poll = last_checkpoint = last_woken = next_sweep = 0.0
         while not self._stopping.is_set():
             woken = self._wake.wait(POLL_INTERVAL)
             if woken:
@@ -286,6 +298,9 @@ class ControlPlane:
                     if self.store.wal_bytes() > WAL_TRUNCATE_BYTES:
                         with self._lock:  # no commit may start while the WAL is cut
                             self.store.truncate_wal()
+                if time.monotonic() >= next_sweep:
+                    next_sweep = time.monotonic() + min(SWEEP_INTERVAL, self.retention.age / 4)
+                    self.sweep()
             except Exception:  # one bad cycle must not stop scheduling; it is retried
                 log.exception("scheduling cycle failed")
                 time.sleep(POLL_INTERVAL)
@@ -847,6 +862,19 @@ class ControlPlane:
             log.warning("job %s attempt %d: not stopped after its grace; killing", job_id, attempt)
             self.executor.kill(job_id, attempt)
             self._kill_at[job_id] = (attempt, now + KILL_AFTER)  # again, should it survive
+
+    def sweep(self) -> int:
+        """Forget finished jobs past retention (their rows, events, run dirs and logs), and
+        events past it; a bounded batch per call. Returns the number of jobs forgotten."""
+        now = time.time()
+        keep = self.retention
+        gone = self.store.expired_jobs(now - keep.age, keep.finished_jobs, SWEEP_BATCH)
+        for job_id in gone:  # files first: a crash in between leaves rows, swept next time
+            self.executor.remove(job_id)
+        with self._lock, self.store.tx() as tx:
+            tx.delete_jobs(gone)
+            tx.delete_events_before(now - keep.age, SWEEP_BATCH * 10)
+        return len(gone)
 
     def _requeue(self, row: JobRow, delay: float) -> None:
         """Back to the queue, or, after a failure, held there for its back-off first."""

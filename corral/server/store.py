@@ -437,6 +437,28 @@ class Tx:
             (user, key, now),
         )
 
+    def delete_jobs(self, job_ids: Sequence[str]) -> None:
+        """Forget finished jobs: their rows, attempts, placements and events (retention)."""
+        ids = [(j,) for j in job_ids]
+        for table, key in (
+            ("jobs", "id"),
+            ("attempts", "job_id"),
+            ("placements", "job_id"),
+            ("events", "job"),
+            ("ports", "job_id"),  # freed when the job ended; none should be left
+        ):
+            self._cur.executemany(f"DELETE FROM {table} WHERE {key} = ?", ids)
+
+    def delete_events_before(self, t: float, limit: int) -> int:
+        """Delete up to `limit` of the oldest events older than `t`; how many went. Oldest
+        first by seq, so the scan stops at the first young event."""
+        self._cur.execute(
+            "DELETE FROM events WHERE seq IN"
+            " (SELECT seq FROM events WHERE t < ? ORDER BY seq LIMIT ?)",
+            (t, limit),
+        )
+        return self._cur.rowcount
+
     def delete_tokens(self, digests: Sequence[str]) -> None:
         self._cur.executemany("DELETE FROM tokens WHERE hash = ?", [(d,) for d in digests])
 
@@ -564,6 +586,21 @@ class Store:
         rows = [JobRow.from_sql(r) for r in self._read().execute(sql, args)]
         rows.reverse()
         return rows
+
+    def expired_jobs(self, finished_before: float, keep: int, limit: int) -> list[str]:
+        """Finished jobs to forget: those finished before `finished_before`, and the oldest
+        beyond the newest `keep` finished ones; at most `limit`. The newest job of all is
+        never one, so `max_seq` (and so job ids) never goes back."""
+        final = ", ".join(f"'{s}'" for s in FINAL_STATES)
+        rows = self._read().execute(
+            f"SELECT id FROM jobs WHERE state IN ({final})"
+            " AND seq < (SELECT MAX(seq) FROM jobs)"
+            f" AND (finished_at < ? OR seq <= COALESCE((SELECT seq FROM jobs"
+            f" WHERE state IN ({final}) ORDER BY seq DESC LIMIT 1 OFFSET ?), -1))"
+            " ORDER BY seq LIMIT ?",
+            (finished_before, keep, limit),
+        )
+        return [r[0] for r in rows]
 
     def attempts(self, job_id: str) -> list[AttemptRow]:
         rows = self._read().execute(

@@ -22,7 +22,7 @@ from corral.formats.types import Node
 from corral.server.accounts import RunAs
 from corral.server.api import create_asgi
 from corral.server.auth import write_admin_token
-from corral.server.controlplane import ControlPlane
+from corral.server.controlplane import ControlPlane, Retention
 from corral.server.httpguard import KEEP_ALIVE, MAX_CONNECTIONS, GuardedHttpTools
 from corral.server.interactive import DEFAULT_PORT_RANGE, Interactive, load_templates
 from corral.server.inventory import local_inventory, pretend_inventory
@@ -49,6 +49,7 @@ class Settings:
     run_as: str | None = None  # accounts.USERS or CORRAL; None: USERS when root
     templates: Path | None = None  # the admin's templates for interactive jobs
     port_range: tuple[int, int] = DEFAULT_PORT_RANGE  # ports for interactive jobs, per node
+    retention: Retention = Retention()  # how long finished jobs, events and logs are kept
 
     @property
     def url(self) -> str:
@@ -146,7 +147,7 @@ def build(settings: Settings) -> ControlPlane:
         settings.port_range,
         public_url=settings.url,
     )
-    return ControlPlane(
+    cp = ControlPlane(
         store,
         executor,
         inventory,
@@ -157,6 +158,8 @@ def build(settings: Settings) -> ControlPlane:
         RunAs(settings.run_as),
         interactive,
     )
+    cp.retention = settings.retention
+    return cp
 
 
 class Server:

@@ -296,11 +296,10 @@ class Views:
                 size = os.fstat(f.fileno()).st_size
                 if tail is not None:
                     offset = _tail_offset(f, size, tail)
-                # Past the end is nothing to read; a seek there may be EINVAL (past the
-                # file system's largest file).
-                if offset < size:
-                    f.seek(offset)
-                    data = f.read(MAX_LOG_CHUNK)
+                if offset > size:  # the log was capped (truncated) since: start over, as
+                    offset = 0  # `tail -F` does (a seek far past the end may be EINVAL)
+                f.seek(offset)
+                data = f.read(MAX_LOG_CHUNK)
         except FileNotFoundError:
             pass
         attempt_live = running is not None and running.attempt == chosen
