@@ -27,11 +27,12 @@ multislice-queue = [".*"]
 tpu-v5-lite-podslice = 1.0
 """
 # The tutorial's commands install JAX from the internet and sleep 60 s: on the workers' PATH,
-# stand-ins that answer at once (pip), as JAX would on 8 chips (python), and sleep 2 s (sleep).
+# stand-ins that answer at once (pip), as JAX would on 8 chips (python), and "sleep" until the
+# test has queued the other jobs (the GO file), then 1 s.
 STUBS = {
     "pip": "exit 0",
     "python": 'echo "Global device count: 8"; exec /bin/sleep 1',
-    "sleep": "exec /bin/sleep 2",
+    "sleep": 'until [ -e "$(dirname "$0")/GO" ]; do /bin/sleep 0.1; done; exec /bin/sleep 1',
 }
 
 
@@ -74,6 +75,8 @@ def test_tutorial_jobsets_run_three_slices_alone_then_one_and_two_together(pool)
     three = submit(pool, 3)
     pool.wait(three, "running", what="running")
     one, two = submit(pool, 1), submit(pool, 2)
+    assert pool.job(one)["state"] == pool.job(two)["state"] == "pending"  # no pool is free
+    (pool.state.parent / "bin" / "GO").touch()
     job3 = pool.wait(three, "succeeded", timeout=60)
     job1 = pool.wait(one, "succeeded", timeout=60)
     job2 = pool.wait(two, "succeeded", timeout=60)
