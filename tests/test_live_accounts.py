@@ -6,6 +6,7 @@ by an unprivileged user hides its state dir from its jobs all the same."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import subprocess
@@ -13,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from conftest import TEAM_QUOTA, LiveServer, free_port
 
@@ -23,36 +25,50 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root: corral up as root, useradd"),
 ]
 
-MARK = "corral test account"  # the GECOS of accounts this test made, and may remove
+MARK = "corral test account"  # the GECOS of the accounts this test makes
+# Several test runs may share a machine (and its /etc/passwd): each makes its own alice and bob.
+SUFFIX = str(os.getpid())
 
 
 def make_account(name: str) -> pwd.struct_passwd:
-    try:
-        existing = pwd.getpwnam(name)
-    except KeyError:
-        subprocess.run(["useradd", "-m", "-c", MARK, "-s", "/bin/sh", name], check=True)
-        return pwd.getpwnam(name)
-    if existing.pw_gecos != MARK:
-        pytest.fail(f"a Unix account {name} exists and is not this test's: not touching it")
-    return existing  # left over by an interrupted run
+    for _ in range(50):  # another run may hold the lock on /etc/passwd for a moment
+        done = subprocess.run(
+            ["useradd", "-m", "-c", MARK, "-s", "/bin/sh", name], text=True, capture_output=True
+        )
+        if done.returncode == 0:
+            return pwd.getpwnam(name)
+        if done.returncode == 9:  # the name is taken
+            pytest.fail(f"a Unix account {name} already exists: not touching it")
+        time.sleep(0.1)
+    raise AssertionError(f"useradd {name}: {done.stderr}")
 
 
-def remove_account(name: str) -> None:
-    subprocess.run(["pkill", "-KILL", "-u", name], check=False)
+def remove_account(account: pwd.struct_passwd) -> None:
+    for proc in psutil.process_iter(["uids"]):  # userdel refuses while it has processes
+        with contextlib.suppress(psutil.Error):
+            if proc.info["uids"] and proc.info["uids"].real == account.pw_uid:
+                proc.kill()
     for _ in range(50):
-        if subprocess.run(["userdel", "-r", name], capture_output=True).returncode in (0, 6):
+        if subprocess.run(["userdel", "-r", account.pw_name], capture_output=True).returncode in (
+            0,
+            6,
+        ):
             return
-        time.sleep(0.1)  # its last processes are still going away
+        time.sleep(0.1)  # its last processes are going away, or /etc/passwd is locked
 
 
 @pytest.fixture(scope="module")
 def accounts():
-    made = {name: make_account(name) for name in ("alice", "bob")}
+    """Corral users alice and bob, each with the Unix account of the same name (the default
+    mapping), made for this run: {"alice": passwd entry, "bob": ...}."""
+    made = {}
     try:
+        for user in ("alice", "bob"):
+            made[user] = make_account(user + SUFFIX)
         yield made
     finally:
-        for name in made:
-            remove_account(name)
+        for account in made.values():
+            remove_account(account)
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +96,7 @@ def test_jobs_run_as_their_users_and_cannot_touch_each_other(server, accounts):
     proj.mkdir(exist_ok=True)
     (proj / "data.txt").write_text("alice's data\n")
     os.chown(proj, alice.pw_uid, alice.pw_gid)
-    a_token, b_token = server.token("alice"), server.token("bob")
+    a_token, b_token = server.token(alice.pw_name), server.token(bob.pw_name)
 
     alice_job = submit(
         server,
@@ -92,9 +108,9 @@ def test_jobs_run_as_their_users_and_cannot_touch_each_other(server, accounts):
     )
     pid = int(wait_for(proj / "pid"))
     log = server.cli("logs", alice_job, token=a_token).stdout
-    assert f"uid={alice.pw_uid}(alice) gid={alice.pw_gid}" in log
+    assert f"uid={alice.pw_uid}({alice.pw_name}) gid={alice.pw_gid}" in log
     assert f"{proj}\nalice's data\n" in log  # started in its workdir; a relative path works
-    assert f"home={alice.pw_dir} user=alice logname=alice" in log
+    assert f"home={alice.pw_dir} user={alice.pw_name} logname={alice.pw_name}" in log
     assert "STATE-DENIED" in log and "LIST-DENIED" in log and "corral_" not in log
 
     alice_log = state / "logs" / alice_job / "0" / "worker-0.log"
@@ -107,7 +123,7 @@ def test_jobs_run_as_their_users_and_cannot_touch_each_other(server, accounts):
     )
     server.wait(bob_job, "succeeded")
     log = server.cli("logs", bob_job, token=b_token).stdout
-    assert f"uid={bob.pw_uid}(bob)" in log
+    assert f"uid={bob.pw_uid}({bob.pw_name})" in log
     assert "SIGNAL-DENIED" in log and "ENVIRON-DENIED" in log and "LOG-DENIED" in log
     assert server.job(alice_job)["state"] == "running"  # bob's kill did not reach it
     # Nor can bob read it through the API.
@@ -121,9 +137,13 @@ def test_jobs_run_as_their_users_and_cannot_touch_each_other(server, accounts):
 
 
 def test_a_user_without_an_account_is_refused_at_submission(server):
-    done = server.cli("submit", "--", "true", token=server.token("carol"), check=False)
+    carol = "carol" + SUFFIX  # no such account
+    done = server.cli("submit", "--", "true", token=server.token(carol), check=False)
     assert done.returncode == 3  # refused (docs/live.md's exit codes)
-    assert "Unix account carol" in done.stderr and "(HTTP 403)" in done.stderr
+    assert (
+        f"Unix account {carol}, which this machine does not have" in done.stderr
+        and "(HTTP 403)" in done.stderr
+    )
     assert len(done.stderr.strip().splitlines()) == 1
 
 
@@ -155,7 +175,8 @@ def test_unprivileged_corral_hides_its_state_dir_from_jobs(accounts, tmp_path, m
     (state / "notes").write_text("x")
     subprocess.run(["chown", "-R", f"{bob.pw_uid}:{bob.pw_gid}", str(state)], check=True)
     args = ["--fake-gpus", "1", "--accelerator", "gpu"]
-    server = LiveServer(state, free_port(), args, user="bob", python=python_for("bob", monkeypatch))
+    python = python_for(bob.pw_name, monkeypatch)
+    server = LiveServer(state, free_port(), args, user=bob.pw_name, python=python)
     server.log_path = tmp_path / "server.log"
     server.start()
     try:
@@ -173,7 +194,7 @@ def test_unprivileged_corral_hides_its_state_dir_from_jobs(accounts, tmp_path, m
         )
         server.wait(job, "succeeded")
         log = server.cli("logs", job, admin=True).stdout
-        assert log.startswith("bob\n")
+        assert log.startswith(f"{bob.pw_name}\n")
         assert "TOKEN-DENIED" in log and "WRITE-DENIED" in log and "corral_" not in log
         assert "FD-DENIED" in log  # nor through corral's open files (it is not dumpable)
         assert "\n0\n" in log  # the state dir looks empty from inside the job
