@@ -125,28 +125,28 @@ def worker_process(
     (corral's state dir) out of its sight. `base_env` (default: this process's environment)
     is what the user's env and the contract's variables are added on top of (DESIGN §4)."""
     base = dict(os.environ if base_env is None else base_env)
-    contract = launch.contract_env(index)
     me = Account.current()
-    if launch.account is not None and launch.account != me.name:
-        if me.uid != 0:
-            raise WorkerSetupError(
-                f"cannot run as account {launch.account}: corral does not run as root here"
-            )
-        try:
-            account = Account.named(launch.account)
-        except KeyError:
-            raise WorkerSetupError(f"no Unix account {launch.account} on this node") from None
-        env = {**base, **account.login_env(), **launch.env, **contract}
-        return WorkerProcess(
-            _argv(launch.command),
-            env,
-            _workdir(launch, account),
-            account.uid,
-            account.gid,
-            list(account.groups),
+    if launch.account is None or launch.account == me.name:
+        return _as_corral(launch, {**base, **launch.env, **launch.contract_env(index)}, me, hide)
+    if me.uid != 0:
+        raise WorkerSetupError(
+            f"cannot run as account {launch.account}: corral does not run as root here"
         )
-    argv, env = _argv(launch.command), {**base, **launch.env, **contract}
-    workdir = _workdir(launch, me)
+    try:
+        account = Account.named(launch.account)
+    except KeyError:
+        raise WorkerSetupError(f"no Unix account {launch.account} on this node") from None
+    env = {**base, **account.login_env(), **launch.env, **launch.contract_env(index)}
+    workdir = _workdir(launch, account)
+    groups = list(account.groups)
+    return WorkerProcess(_argv(launch.command), env, workdir, account.uid, account.gid, groups)
+
+
+def _as_corral(
+    launch: Launch, env: dict[str, str], me: Account, hide: Sequence[str]
+) -> WorkerProcess:
+    """Corral's own user, through the wrapper that covers `hide` first."""
+    argv, workdir = _argv(launch.command), _workdir(launch, me)
     # Found here, as exec will look for it, so a command that cannot start fails the same way
     # (no worker started) whether or not it goes through the wrapper.
     program = os.path.join(workdir, argv[0]) if os.sep in argv[0] else argv[0]
