@@ -8,6 +8,7 @@ CORRAL_TOKEN_FILE), so the CLI can do nothing a user could not do with curl. Hea
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import sys
@@ -68,11 +69,32 @@ class ApiError(Exception):
         self.code, self.unreachable = code, unreachable
 
 
+class Response:
+    """What the CLI reads of an HTTP response."""
+
+    __slots__ = ("status_code", "reason_phrase", "headers", "content")
+
+    def __init__(self, status: int, reason: str, headers: Any, content: bytes):
+        self.status_code, self.reason_phrase = status, reason
+        self.headers, self.content = headers, content  # headers: case-insensitive
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        return json.loads(self.content)
+
+
 class Client:
-    """httpx with corral's error handling: every failure becomes one line and the exit code
-    of docs/live.md (1 unreachable or failed, 2 bad input, 3 refused, 4 not found)."""
+    """The API over one keep-alive connection, with corral's error handling: every failure
+    becomes one line and the exit code of docs/live.md (1 unreachable or failed, 2 bad input,
+    3 refused, 4 not found). The standard library's http.client, not httpx: a read command
+    is mostly start-up, and httpx alone cost it a fifth."""
 
     def __init__(self, url: str, token_file: Path | None, need_token: bool = True):
+        from urllib.parse import urlsplit
+
         self.url = url.rstrip("/")
         token = os.environ.get("CORRAL_TOKEN") or _read_token(token_file)
         if need_token and not token:
@@ -81,44 +103,83 @@ class Client:
                 " (`corral up` writes an admin token to STATE/admin.token)",
                 EXIT_USAGE,
             )
-        import httpx  # here, not at the top: `--help` should not pay for it
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            fail(f"--url: expected http://HOST:PORT or https://..., got {url!r}", EXIT_USAGE)
+        self._parts, self._prefix = parts, parts.path
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._conn: Any = None
 
-        self._httpx = httpx
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        # Plain http needs no certificates: loading them would cost each call ~30 ms.
-        verify = self.url.startswith("https:")
-        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=30.0, verify=verify)
+    def _connection(self) -> Any:
+        import http.client
 
-    def request(self, method: str, path: str, **kw: Any) -> Any:
+        if self._conn is None:
+            p = self._parts
+            https = p.scheme == "https"
+            kind = http.client.HTTPSConnection if https else http.client.HTTPConnection
+            self._conn = kind(p.hostname, p.port, timeout=30.0)
+        return self._conn
+
+    def request(
+        self, method: str, path: str, params: dict[str, Any] | None = None, json: Any = None
+    ) -> Response:
         """The response, or ApiError."""
-        httpx = self._httpx
-        try:
-            resp = self.http.request(method, path, **kw)
-        except httpx.ConnectError:
-            raise ApiError(
-                f"cannot reach corral at {self.url}: is `corral up` running?", EXIT_ERROR, True
-            ) from None
-        except httpx.HTTPError as err:
-            raise ApiError(f"request to {self.url} failed: {err}", EXIT_ERROR, True) from None
+        import http.client
+        from json import dumps  # `json` is the body here, as in httpx
+        from urllib.parse import urlencode
+
+        target = self._prefix + path
+        if params:
+            query = {k: _query_value(v) for k, v in params.items() if v is not None}
+            target += "?" + urlencode(query, doseq=True)
+        headers = dict(self._headers)
+        body = None
+        if json is not None or method == "POST":
+            body = dumps(json).encode()
+            headers["Content-Type"] = "application/json"
+        for retry in (True, False):  # a kept-alive connection the server closed: once more
+            conn = self._connection()
+            try:
+                conn.request(method, target, body=body, headers=headers)
+                raw = conn.getresponse()
+                resp = Response(raw.status, raw.reason, raw.headers, raw.read())
+                break
+            except ConnectionRefusedError:
+                self._conn = None
+                raise ApiError(
+                    f"cannot reach corral at {self.url}: is `corral up` running?", EXIT_ERROR, True
+                ) from None
+            except (OSError, http.client.HTTPException) as err:
+                conn.close()
+                self._conn = None
+                if retry and isinstance(err, http.client.RemoteDisconnected | BrokenPipeError):
+                    continue
+                raise ApiError(f"request to {self.url} failed: {err}", EXIT_ERROR, True) from None
         if resp.status_code >= 400:
             raise ApiError(_detail(resp), exit_code(resp.status_code))
         return resp
 
-    def call(self, method: str, path: str, **kw: Any) -> Any:
+    def call(self, method: str, path: str, **kw: Any) -> Response:
         try:
             return self.request(method, path, **kw)
         except ApiError as err:
             fail(str(err), err.code)
+            raise  # unreachable: fail() exits
 
     def get(self, path: str, **params: Any) -> Any:
-        clean = {k: v for k, v in params.items() if v is not None}
-        return self.call("GET", path, params=clean).json()
+        return self.call("GET", path, params=params).json()
 
     def post(self, path: str, body: Any = None) -> Any:
         return self.call("POST", path, json=body).json()
 
     def delete(self, path: str) -> Any:
         return self.call("DELETE", path).json()
+
+
+def _query_value(value: Any) -> Any:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value
 
 
 def _read_token(path: Path | None) -> str | None:

@@ -12,13 +12,14 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from corral.cli import app, fail
+
+if TYPE_CHECKING:  # Rich is imported by the commands that draw: other commands start quicker
+    from rich.table import Table
 from corral.formats.types import FormatError
 
 _RATE = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?:/\s*(s|min|m|h|d))?\s*")
@@ -248,6 +249,7 @@ def _progress(total: int, label: str) -> Iterator[Callable[[int], None] | None]:
     if not sys.stderr.isatty():
         yield None
         return
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     columns = (*Progress.get_default_columns()[:1], BarColumn(), MofNCompleteColumn())
@@ -281,6 +283,8 @@ def _plain_number(value: Any) -> Any:
 
 
 def _print_report(workload, runs, written: list[Path]) -> None:
+    from rich.console import Console
+
     from corral.sim.metrics import comparison_table
 
     console = Console(highlight=False)
@@ -309,6 +313,8 @@ def _rate(value: float | None) -> str:
 
 
 def _project_table(summary: dict[str, Any]) -> Table:
+    from rich.table import Table
+
     from corral.sim.metrics import fmt_seconds
 
     table = Table(title=f"Per project ({summary['policy']})")
