@@ -82,9 +82,10 @@ def test_acct_equals_a_recount_from_the_event_log(server):
             assert got[key][name] == figures.get(name, 0), (key, name)
         for name in ("accelerator_hours", "wait_seconds"):
             assert got[key][name] == pytest.approx(figures.get(name, 0), abs=1e-5), (key, name)
-    # The run times we asked for: alice 1 GPU x 1 s + 2 GPUs x 2 s; bob 1 GPU x 1 s.
-    assert 5.0 <= got["vision", "alice"]["accelerator_hours"] * 3600 < 7.0
-    assert 1.0 <= got["nlp", "bob"]["accelerator_hours"] * 3600 < 2.0
+    # At least the run times we asked for (alice 1 GPU x 1 s + 2 GPUs x 2 s, bob 1 GPU x 1 s),
+    # plus each process's start and exit, which a loaded machine stretches.
+    assert 5.0 <= got["vision", "alice"]["accelerator_hours"] * 3600 < 12.0
+    assert 1.0 <= got["nlp", "bob"]["accelerator_hours"] * 3600 < 4.0
     assert got["vision", "alice"]["wait_seconds"] > 0.1  # the wide job waited for the pool
 
 
