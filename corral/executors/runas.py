@@ -7,7 +7,7 @@ Every executor starts workers through `worker_process()`, so they all keep the s
   them between fork and exec. corral's state dir (0700, root's) is out of its reach by plain
   permissions, and so are other users' workers and logs.
 - Otherwise the worker runs as this process's own user, which owns the state dir. It is then
-  started through `python -m corral.executors.runas`, which enters a new mount namespace (inside
+  started through the wrapper `cover.py`, which enters a new mount namespace (inside
   a new user namespace when unprivileged), lays an empty, read-only tmpfs over each hidden path,
   changes to the workdir and only then execs the command. The command runs with no
   capabilities (a non-root uid drops them at exec), so it cannot unmount the cover, and mounts
@@ -32,18 +32,11 @@ from typing import Any
 
 from corral.executors.base import Launch
 
-# The wrapper imports corral from where this process found it, with -I: the job's env (its
-# PYTHONPATH above all) must not choose the code that runs before the state dir is covered.
-CORRAL_ROOT = Path(__file__).resolve().parents[2]
-_BOOT = (
-    "import sys; sys.path.insert(0, sys.argv.pop(1));"
-    " from corral.executors.runas import main; sys.exit(main())"
-)
+# The wrapper is a file of its own that imports nothing but the standard library, run with
+# -I -S: quick to start, and the job's env (its PYTHONPATH above all) cannot choose the code
+# that runs before the state dir is covered.
+COVER = Path(__file__).with_name("cover.py")
 WORKER_UMASK = 0o022  # corral itself runs with 077; a user's job gets the usual default
-CLONE_NEWNS = 0x00020000
-CLONE_NEWUSER = 0x10000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_REC, MS_PRIVATE = 1 << 14, 1 << 18
 PR_SET_DUMPABLE = 4
 
 
@@ -152,7 +145,7 @@ def _as_corral(
     program = os.path.join(workdir, argv[0]) if os.sep in argv[0] else argv[0]
     if shutil.which(program, path=env.get("PATH", os.defpath)) is None:
         raise WorkerSetupError(f"cannot start {argv[0]!r} in {workdir}: no such executable file")
-    args = [sys.executable, "-I", "-c", _BOOT, str(CORRAL_ROOT)]
+    args = [sys.executable, "-I", "-S", str(COVER)]
     args += [f"--hide={path}" for path in hide]
     args += [f"--cd={workdir}", "--", *argv]
     return WorkerProcess(args, env, "/")
@@ -163,65 +156,3 @@ def not_dumpable() -> None:
     user must not reach corral's open files (the database, logs) through /proc/PID/fd."""
     with contextlib.suppress(OSError, AttributeError):  # not Linux: nothing to do
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-
-
-# --- the wrapper: `python -I -c _BOOT CORRAL_ROOT --hide=P... --cd=DIR -- ARGV...` -------------
-
-
-def _call(result: int, what: str) -> None:
-    if result != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"{what}: {os.strerror(errno)}")
-
-
-def cover(paths: Sequence[str]) -> None:
-    """Hide `paths` from this process and what it execs, under an empty read-only tmpfs in a
-    mount namespace of its own (and a user namespace of its own when not root)."""
-    paths = [p for p in paths if os.path.exists(p)]
-    if not paths:
-        return
-    libc = ctypes.CDLL(None, use_errno=True)
-    uid, gid = os.geteuid(), os.getegid()
-    _call(libc.unshare(CLONE_NEWNS | (0 if uid == 0 else CLONE_NEWUSER)), "unshare")
-    if uid != 0:  # the same ids inside: files keep their owners, `id` says the same
-        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1")):
-            with open(f"/proc/self/{name}", "w") as f:
-                f.write(text)
-        with open("/proc/self/gid_map", "w") as f:
-            f.write(f"{gid} {gid} 1")
-    # Private first, so the cover never propagates back to the host's mount namespace.
-    _call(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
-    flags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
-    for path in paths:
-        _call(libc.mount(b"tmpfs", os.fsencode(path), b"tmpfs", flags, b"size=0,mode=000"), path)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if "--" not in args:
-        print("usage: python -m corral.executors.runas [--hide=P]... --cd=DIR -- ARGV...")
-        return 2
-    split = args.index("--")
-    options, command = args[:split], args[split + 1 :]
-    hide = [o.removeprefix("--hide=") for o in options if o.startswith("--hide=")]
-    workdir = next((o.removeprefix("--cd=") for o in options if o.startswith("--cd=")), "/")
-    try:
-        cover(hide)
-    except OSError as err:
-        print(
-            f"corral: cannot hide corral's state dir from the job ({err}); jobs run as corral's"
-            " own user need user namespaces (sysctl user.max_user_namespaces > 0), or run corral"
-            " as root",
-            file=sys.stderr,
-        )
-        return 126
-    try:
-        os.chdir(workdir)
-        os.execvp(command[0], command)
-    except OSError as err:
-        print(f"corral: cannot start {command[0]!r} in {workdir}: {err.strerror}", file=sys.stderr)
-    return 127
-
-
-if __name__ == "__main__":
-    sys.exit(main())
