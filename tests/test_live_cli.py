@@ -44,6 +44,14 @@ def corral(server, *args, token=None, admin=False):
     return server.cli(*args, token=token, admin=admin, check=False)
 
 
+def post_job(server, token: str, command: str, **spec) -> str:
+    """Set-up submissions go over HTTP: the CLI under test is what reads them back."""
+    with server.http(token) as c:
+        resp = c.post("/v1/jobs", json={"command": command, **spec})
+        assert resp.status_code == 201, resp.text
+        return resp.json()["id"]
+
+
 def test_version_and_completion():
     done = subprocess.run([*CLI, "--version"], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0 and re.fullmatch(r"corral \d+\.\d+\.\d+\S*\n", done.stdout)
@@ -59,11 +67,10 @@ def test_ls_piped_is_one_row_per_job_in_every_format(server, tok):
     ids = []
     for i in range(3):
         name = f"a-rather-long-job-name-that-would-wrap-{i}-" + "x" * 20
-        args = ("submit", "--name", name, "--", f"echo {i}; exit {i}")
-        ids.append(corral(server, *args, token=tok["alice"]).stdout.strip())
+        ids.append(post_job(server, tok["alice"], f"echo {i}; exit {i}", name=name))
     for job in ids:
         server.wait(job, ("succeeded", "failed"))
-    bob = corral(server, "submit", "--", "true", token=tok["bob"]).stdout.strip()
+    bob = post_job(server, tok["bob"], "true")
     server.wait(bob, "succeeded")
 
     table = corral(server, "ls", token=tok["alice"]).stdout.splitlines()
@@ -130,7 +137,7 @@ def test_spec_errors_name_the_file_and_line(server, tok, tmp_path):
 
 def test_cancel_several_by_id_and_by_filter(server, tok):
     def submit(user):
-        return corral(server, "submit", "--", "sleep 300", token=tok[user]).stdout.strip()
+        return post_job(server, tok[user], "sleep 300")
 
     three = [submit("carol") for _ in range(3)]
     done = corral(server, "cancel", *three, token=tok["carol"])
@@ -161,7 +168,7 @@ def test_submit_wait_exits_with_the_jobs_code(server, tok):
 
 
 def test_logs_tail(server, tok):
-    job = corral(server, "submit", "--", "seq 1 50", token=tok["alice"]).stdout.strip()
+    job = post_job(server, tok["alice"], "seq 1 50")
     server.wait(job, "succeeded")
     assert corral(server, "logs", "--tail", "3", job, token=tok["alice"]).stdout == "48\n49\n50\n"
     assert corral(server, "logs", "--tail", "0", job, token=tok["alice"]).stdout == ""
