@@ -137,7 +137,8 @@ class Client:
         if json is not None or method == "POST":
             body = dumps(json).encode()
             headers["Content-Type"] = "application/json"
-        for retry in (True, False):  # a kept-alive connection the server closed: once more
+        while True:
+            reused = self._conn is not None
             conn = self._connection()
             try:
                 conn.request(method, target, body=body, headers=headers)
@@ -152,7 +153,8 @@ class Client:
             except (OSError, http.client.HTTPException) as err:
                 conn.close()
                 self._conn = None
-                if retry and isinstance(err, http.client.RemoteDisconnected | BrokenPipeError):
+                # A kept-alive connection the server had closed: once more on a new one.
+                if reused and isinstance(err, http.client.RemoteDisconnected | BrokenPipeError):
                     continue
                 raise ApiError(f"request to {self.url} failed: {err}", EXIT_ERROR, True) from None
         if resp.status_code >= 400:

@@ -85,21 +85,21 @@ def print_rows(
         typer.echo(empty, err=True)
         return
     cols = [c for c in columns if output == "wide" or not c.wide]
-    cells = [[c.value(r) for c in cols] for r in rows]
+    # No cell may break its row: a newline in a message would read as a second job.
+    cells = [[" ".join(c.value(r).splitlines()) for c in cols] for r in rows]
     if sys.stdout.isatty():
         _rich_table(rows, cols, cells, no_headers)
     else:
-        plain_table([c.header for c in cols], cells, no_headers)
+        _plain_table([c.header for c in cols], cells, no_headers)
 
 
-def plain_table(headers: Sequence[str], cells: Sequence[Sequence[str]], no_headers: bool) -> None:
+def _plain_table(headers: Sequence[str], cells: Sequence[Sequence[str]], no_headers: bool) -> None:
     lines = cells if no_headers else [headers, *cells]
     widths = [max(len(line[i]) for line in lines) for i in range(len(headers))]
     out = []
     for line in lines:
         text = "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True))
-        # No cell may break its row: a newline in a message would look like a second job.
-        out.append(text.rstrip().replace("\n", " ") + "\n")
+        out.append(text.rstrip() + "\n")
     sys.stdout.write("".join(out))
 
 
