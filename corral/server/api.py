@@ -337,6 +337,8 @@ def create_app(cp: ControlPlane) -> FastAPI:
         version="0.1.0",
         description="Fair-share gang scheduler: submit, watch and cancel jobs on a GPU pool.",
         responses=_GUARD_ERRORS,
+        docs_url=None,  # served by webui.py from the package's own Swagger UI files
+        redoc_url=None,
     )
     views = Views(cp)
     submitter = Submitter(cp, views)
@@ -559,6 +561,12 @@ def create_app(cp: ControlPlane) -> FastAPI:
         return [_token_info(t) for t in gone]
 
     from corral.server.interactive_api import interactive_routes
+    from corral.server.webui import PoolHistory, mount_swagger, web_routes
 
     app.include_router(interactive_routes(cp))
+    history = PoolHistory(cp)
+    app.router.add_event_handler("startup", history.start)
+    app.router.add_event_handler("shutdown", history.stop)
+    app.include_router(web_routes(cp, history))
+    mount_swagger(app)
     return app

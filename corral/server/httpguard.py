@@ -107,15 +107,13 @@ def _csp_hashes(html: str) -> str:
 
 
 def security_headers(page: str) -> dict[str, list[tuple[bytes, bytes]]]:
-    """Response headers by path: the page may run only its own inline code, /docs and /redoc
-    their CDN assets (FastAPI's Swagger UI and ReDoc), and nothing else any script at all."""
+    """Response headers by path: the page may run only its own inline code, /docs Swagger UI
+    (its files served from the package, webui.py), and nothing else any script at all."""
     common = [(b"x-content-type-options", b"nosniff"), (b"x-frame-options", b"DENY")]
     frame = "frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
-    cdn = "https://cdn.jsdelivr.net"
     docs = (
-        f"default-src 'none'; script-src 'unsafe-inline' {cdn}; style-src 'unsafe-inline' {cdn};"
-        f" img-src https://fastapi.tiangolo.com data:; connect-src 'self'; worker-src blob:;"
-        f" font-src https://fonts.gstatic.com; {frame}"
+        "default-src 'none'; script-src 'unsafe-inline' 'self'; style-src 'unsafe-inline' 'self';"
+        f" img-src 'self' data:; connect-src 'self'; worker-src blob:; {frame}"
     )
     csp = {
         "/": f"default-src 'none'; {_csp_hashes(page)}; connect-src 'self'; {frame}",
