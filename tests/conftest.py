@@ -36,6 +36,15 @@ gpu = 1.0
 FINAL = ("succeeded", "failed", "cancelled")
 
 
+def port_block(size: int = 100) -> str:
+    """A --port-range for interactive jobs, drawn at random below the ephemeral ports so that
+    test runs side by side on one machine do not hand out the same ports."""
+    import random
+
+    low = random.randrange(20000, 30000 - size, size)
+    return f"{low}-{low + size - 1}"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

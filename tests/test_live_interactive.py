@@ -14,7 +14,7 @@ import uuid
 
 import httpx
 import pytest
-from conftest import TEAM_QUOTA
+from conftest import TEAM_QUOTA, port_block
 from websockets.sync.client import connect
 
 pytestmark = pytest.mark.live
@@ -25,7 +25,7 @@ IDLE = 6.0  # seconds: short, so culling is seen within the test
 @pytest.fixture(scope="module")
 def server(module_servers):
     s = module_servers(TEAM_QUOTA, fake_gpus=8, start=False)
-    s.args += ["--port-range", "24100-24199"]
+    s.args += ["--port-range", port_block()]
     return s.start()
 
 
@@ -191,7 +191,8 @@ def test_ports_are_unique_per_node_and_kept_across_a_restart(server, alice):
     before = {j: server.wait(j, "running")["endpoints"] for j in jobs}
     ports = [e["port"] for eps in before.values() for e in eps]
     assert len(ports) == 6 and len(set(ports)) == 6, before
-    assert all(24100 <= p <= 24199 for p in ports)
+    lo, hi = map(int, server.args[server.args.index("--port-range") + 1].split("-"))
+    assert all(lo <= p <= hi for p in ports)
     server.stop()
     server.start()
     after = {j: server.wait(j, "running")["endpoints"] for j in jobs}

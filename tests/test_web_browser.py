@@ -9,7 +9,7 @@ import os
 import shutil
 
 import pytest
-from conftest import TEAM_QUOTA
+from conftest import TEAM_QUOTA, port_block
 
 pytestmark = pytest.mark.live
 
@@ -25,7 +25,7 @@ XSS = "<script>window.pwned=1</script>"
 @pytest.fixture(scope="module")
 def server(module_servers):
     s = module_servers(TEAM_QUOTA, fake_gpus=4, start=False)
-    s.args += ["--port-range", "24200-24299"]
+    s.args += ["--port-range", port_block()]
     return s.start()
 
 

@@ -423,12 +423,18 @@ class Interactive:
                 if r.spec.kind == "interactive" and r.state == "running"
             ]
         now = time.time()
+        running = {row.id for row, _, _ in rows}
+        for gone in (self._ready | self._warned) - running:
+            self._forget(gone)
         for row, att, placed in rows:
             if att is None or att.state == "terminating":
                 continue
             self.mark(row.id, att.started_at)
             template = self.template_of(row.spec)
             self._probe_ready(row, template)
+            if template is not None and template.ready is not None and row.id not in self._ready:
+                self.mark(row.id, now)  # the idle clock starts once the app answers
+                continue
             signals = template.idle if template is not None else ("proxy", "gpu")
             self._observe(row, signals, [g for p in placed for g in p.gpus], now)
             timeout = row.spec.idle_timeout
@@ -436,13 +442,13 @@ class Interactive:
                 continue
             with self._marks:
                 idle_for = now - self._active.get(row.id, now)
-            if idle_for >= timeout:
-                self._cull(cp, row, idle_for)
-            elif idle_for >= WARN_AT * timeout and row.id not in self._warned:
+            if idle_for < WARN_AT * timeout:
+                self._warned.discard(row.id)
+            elif row.id not in self._warned:  # always warned first, if only one look before
                 self._warned.add(row.id)
                 self._event(cp, row, "idle_warning", idle_for=round(idle_for, 1), timeout=timeout)
-            elif idle_for < WARN_AT * timeout:
-                self._warned.discard(row.id)
+            elif idle_for >= timeout:
+                self._cull(cp, row, idle_for)
 
     def _observe(self, row: JobRow, signals: tuple[str, ...], gpus: list[int], now: float) -> None:
         if "ssh" in signals:
