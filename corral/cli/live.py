@@ -313,12 +313,22 @@ def up(
         int,
         typer.Option(min=1, help="Finished jobs kept at most; the oldest go first."),
     ] = 100_000,
+    executor: Annotated[
+        str,
+        typer.Option(help="Where jobs run: local (this machine) or ray (a Ray pool, docs/ray.md)."),
+    ] = "local",
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray-address", help="The Ray head's address (HOST:PORT), for --executor ray."
+        ),
+    ] = None,
 ) -> None:
     """Run the control plane: store, scheduler loop, local executor and HTTP API."""
     import logging
 
     from corral.server.store import SchemaTooNew
-    from corral.server.up import Server, Settings, StateDirBusy, check_port
+    from corral.server.up import ExecutorUnavailable, Server, Settings, StateDirBusy, check_port
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -336,13 +346,26 @@ def up(
         templates=templates.resolve() if templates else None,
         port_range=_port_range(port_range),
         retention=_retention(retention, max_finished_jobs),
+        executor=executor,
+        ray_address=ray_address,
     )
     if cluster is not None and (fake_gpus is not None or accelerator is not None):
         fail("--cluster names the nodes and their accelerators: drop --fake-gpus/--accelerator")
+    if executor == "ray" and (fake_gpus, accelerator, cluster) != (None, None, None):
+        fail(
+            "--executor ray: the Ray nodes say what they have; drop --fake-gpus, --accelerator"
+            " and --cluster"
+        )
     try:
         check_port(host, port)
         server = Server(settings)
-    except (StateDirBusy, SchemaTooNew, ValueError, OSError) as err:  # FormatError: a ValueError
+    except (
+        StateDirBusy,
+        ExecutorUnavailable,
+        SchemaTooNew,
+        ValueError,
+        OSError,
+    ) as err:  # FormatError: a ValueError
         fail(str(err), 1)
     _announce(server)
     server.run()
@@ -368,22 +391,29 @@ def _port_range(text: str) -> tuple[int, int]:
 
 def _announce(server: Any) -> None:
     nodes = server.cp.inventory.nodes
-    node = nodes[0]
+    local = server.settings.executor == "local"  # a Ray pool may start with no node at all
     quota = str(server.settings.quota) if server.settings.quota else "everything to 'default'"
     out = _console(stderr=True, soft_wrap=True)
     out.print(
         f"[bold]corral[/] is up at [cyan]{server.url}[/]  (web page: {server.url}/,"
         f" API docs: {server.url}/docs)"
     )
-    if len(nodes) > 1:
+    if server.settings.executor == "ray":
+        total = sum(n.count for n in nodes)
+        out.print(
+            f"  Ray pool at {server.settings.ray_address}: {len(nodes)} nodes, {total}"
+            f" accelerators (nodes that join are used as they come); quota: {quota}"
+        )
+    elif len(nodes) > 1:
         domains = len({n.domain for n in nodes})
         total = sum(n.count for n in nodes)
         out.print(
             f"  pool: {len(nodes)} nodes in {domains} domains, {total} accelerators; quota: {quota}"
         )
     else:
+        node = nodes[0]
         out.print(f"  node {node.name}: {node.count} x {node.accelerator}; quota: {quota}")
-    if node.count == 0:
+    if local and nodes[0].count == 0:
         out.print(
             "  [yellow]no GPUs found (NVML, nvidia-smi): every job will be refused;"
             " try corral without GPUs with --fake-gpus N[/]"

@@ -62,7 +62,7 @@ class LocalExecutor:
         launch.validate()
         run = self._run(launch.job_id, launch.attempt)
         run.path.parent.mkdir(parents=True, exist_ok=True)
-        launch = with_ports(launch)
+        launch = self._resolve(launch)
         relaunch = not self._create_run_dir(run, launch)
         if relaunch:
             if run.file("supervisor.pid").exists() or run.file("status.json").exists():
@@ -75,14 +75,7 @@ class LocalExecutor:
             if not run.file("launch.json").exists():  # left by a version without _create_run_dir
                 write_json_atomic(run.file("launch.json"), launch.to_dict())
         run.log_dir.mkdir(parents=True, exist_ok=True)
-        with open(run.file("supervisor.log"), "ab") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "corral.executors.supervisor", str(run.path)],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # detached: survives a SIGKILL of the control plane
-            )
+        proc = self._start_supervisor(run)
         self._children[run.key] = proc
         self._pending.add(run.key)
         # The supervisor writes this too, but only once Python has started; writing it here
@@ -91,6 +84,22 @@ class LocalExecutor:
         # the fresh launch.json gives it the startup grace).
         if not relaunch:
             write_json_atomic(run.file("supervisor.pid"), ProcessRef.of(proc.pid).to_dict())
+
+    # --- what another executor on the same run directories changes --------------------------
+
+    def _resolve(self, launch: Launch) -> Launch:
+        """The launch as launch.json records it: ports picked here, on this machine."""
+        return with_ports(launch)
+
+    def _start_supervisor(self, run: RunDir) -> subprocess.Popen[bytes]:
+        with open(run.file("supervisor.log"), "ab") as out:
+            return subprocess.Popen(
+                [sys.executable, "-m", "corral.executors.supervisor", str(run.path)],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # detached: survives a SIGKILL of the control plane
+            )
 
     @staticmethod
     def _create_run_dir(run: RunDir, launch: Launch) -> bool:

@@ -108,22 +108,11 @@ class Supervisor:
     def start_worker(self, index: int) -> None:
         with open(self.run.worker_log(index), "ab") as out:
             try:
-                # As its user, in its workdir, with the state dir out of its sight (runas.py).
-                worker = worker_process(self.launch, index, hide=[str(self.run.state_dir)])
-                worker.env[RUN_MARKER] = str(self.run.path)
-                proc = subprocess.Popen(
-                    worker.args,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    **worker.popen_kwargs(),
+                proc = start_worker_process(
+                    self.launch, index, out, str(self.run.path), hide=[str(self.run.state_dir)]
                 )
             except WorkerSetupError as err:
                 self.not_started(index, out, str(err))
-                return
-            except (OSError, ValueError, subprocess.SubprocessError) as err:
-                self.not_started(index, out, f"cannot start {worker.args[0]!r}: {err}")
                 return
         self.procs[index] = proc
         self.running[proc.pid] = index
@@ -295,6 +284,34 @@ class Supervisor:
         write_json_atomic(self.run.file("status.json"), result.to_dict())
         log.info("attempt %s: exit code %s, workers %s", result.outcome, exit_code, self.codes)
         return result
+
+
+def start_worker_process(
+    launch: Launch,
+    index: int,
+    out: BinaryIO,
+    run_marker: str,
+    hide: list[str],
+    base_env: dict[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start worker `index` of `launch` in a session of its own, as its user, in its workdir
+    (runas.py), output to `out`: how every executor starts a worker (the local supervisor
+    here, the Ray executor's host on a node). Raises WorkerSetupError, one line for the
+    worker's log, when it cannot start."""
+    # As its user, in its workdir, with the state dir out of its sight (runas.py).
+    worker = worker_process(launch, index, hide=hide, base_env=base_env)
+    worker.env[RUN_MARKER] = run_marker
+    try:
+        return subprocess.Popen(
+            worker.args,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            **worker.popen_kwargs(),
+        )
+    except (OSError, ValueError, subprocess.SubprocessError) as err:
+        raise WorkerSetupError(f"cannot start {worker.args[0]!r}: {err}") from None
 
 
 def kill_escaped_descendants() -> None:

@@ -29,7 +29,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from corral.core.model import Decision, Job, Preempt, Start
 from corral.core.snapshot import Snapshot
@@ -43,7 +43,7 @@ from corral.executors.base import (
     Launch,
     WorkerLaunch,
 )
-from corral.formats.types import FormatError, JobSpec, Quota, SchedulerConfig
+from corral.formats.types import FormatError, JobSpec, Node, Quota, SchedulerConfig
 from corral.server.accounts import CORRAL, NoAccount, RunAs
 from corral.server.auth import Principal, TokenBook
 from corral.server.interactive import Interactive
@@ -84,6 +84,13 @@ WAL_TRUNCATE_BYTES = 16 << 20
 # Automatic ids and names are j<seq>: a user's name of that form could take the id (and so
 # the name) of the next unnamed job of every user, so such names are refused.
 AUTO_ID = re.compile(r"j[0-9]+")
+
+
+class NodeSource(Protocol):
+    def poll(self) -> tuple[Node, ...] | None:
+        """The pool's nodes if they changed since the last call (a node joined or left)."""
+        ...
+
 
 Submission = tuple[Principal, JobSpec, bool]  # who, parsed spec, whether the name is automatic
 
@@ -189,7 +196,8 @@ def verdict(row: JobRow, attempt: AttemptRow, ex: AttemptExit) -> Verdict:
     if ex.outcome == SUCCEEDED:
         return Verdict("succeeded", "finish", "exited 0", data={"exit_code": 0})
     if ex.outcome == LOST:
-        why = "lost: its supervisor vanished without an exit status; requeued"
+        lost = ex.message or "its supervisor vanished without an exit status"
+        why = f"lost: {lost}; requeued"
         return Verdict("pending", "preempt", why, preempted=True, data={"reason": why})
     if ex.outcome == TIMEOUT:
         limit = row.spec.max_runtime
@@ -222,10 +230,12 @@ class ControlPlane:
         check_admissible: Callable[[Snapshot, Job], str | None],
         run_as: RunAs | None = None,
         interactive: Interactive | None = None,
+        node_source: NodeSource | None = None,
     ):
         self.store = store
         self.run_as = run_as or RunAs(CORRAL)
         self.interactive = interactive
+        self.node_source = node_source
         self._lock = threading.RLock()
         self.tokens = TokenBook(store, self._lock)
         self.executor = executor
@@ -311,6 +321,7 @@ class ControlPlane:
         try:
             with self._lock:
                 changed = poll and self._reload_quota()
+                changed |= poll and self._reload_nodes()
                 changed |= poll and self._drain_exits() > 0
                 changed |= bool(self.backoff) and self._end_backoffs(time.time())
                 if poll and self._kill_at:
@@ -357,6 +368,22 @@ class ControlPlane:
             self.snap = self._build_snapshot()
         else:
             self.snap.set_quota(quota)
+        return True
+
+    # -- nodes -----------------------------------------------------------------------------------
+
+    def _reload_nodes(self) -> bool:
+        """A pool that changes (Ray): rebuild the snapshot on the new nodes. A running job on a
+        node that left is withdrawn from it until its attempt ends (the executor reports it
+        lost), and requeued then."""
+        nodes = None if self.node_source is None else self.node_source.poll()
+        if nodes is None or nodes == self.inventory.nodes:
+            return False
+        gone = {n.name for n in self.inventory.nodes} - {n.name for n in nodes}
+        joined = {n.name for n in nodes} - {n.name for n in self.inventory.nodes}
+        log.info("nodes: %d (joined: %s; left: %s)", len(nodes), sorted(joined), sorted(gone))
+        self.inventory.set_nodes(nodes)
+        self.snap = self._build_snapshot()
         return True
 
     # -- recovery --------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import re
 import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from corral.executors.gpus import GpuInfo, assign_devices, detect_gpus, fake_gpus
 from corral.formats.types import Node
@@ -56,6 +57,12 @@ class Inventory:
         """The accelerator types of the pool, sorted."""
         return sorted({n.accelerator for n in self.nodes})
 
+    def set_nodes(self, nodes: Iterable[Node]) -> None:
+        """The pool changed (a node joined or left); devices in use stay claimed until their
+        attempts are released, whichever node they are on."""
+        self.nodes = tuple(nodes)
+        self.devices = {n.name: tuple(range(n.count)) for n in self.nodes}
+
     def free(self) -> dict[str, set[int]]:
         return {n: set(d) - self.used.get(n, set()) for n, d in self.devices.items()}
 
@@ -93,6 +100,26 @@ def pretend_inventory(nodes: Sequence[Node]) -> Inventory:
     """A pool of `nodes` (a cluster file's) whose workers all run on this machine, each with
     pretend device indices: multi-node, multi-domain scheduling tried out on one machine."""
     return Inventory(nodes=tuple(nodes), devices={n.name: tuple(range(n.count)) for n in nodes})
+
+
+class RayNodeSource:
+    """The Ray pool's nodes as the scheduler sees them; poll() is None while they stay put."""
+
+    def __init__(self, ray_nodes: Any) -> None:
+        self.ray_nodes = ray_nodes  # corral.executors.ray_inventory.RayInventory
+
+    @staticmethod
+    def as_nodes(ray_nodes: Iterable[Any]) -> tuple[Node, ...]:
+        return tuple(Node(n.name, n.accelerator, n.count, n.domain) for n in ray_nodes)
+
+    def first(self, timeout: float) -> Inventory:
+        inventory = Inventory(nodes=(), devices={})
+        inventory.set_nodes(self.as_nodes(self.ray_nodes.wait(timeout)))
+        return inventory
+
+    def poll(self) -> tuple[Node, ...] | None:
+        nodes = self.ray_nodes.poll()
+        return None if nodes is None else self.as_nodes(nodes)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

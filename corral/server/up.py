@@ -16,16 +16,17 @@ from pathlib import Path
 
 import uvicorn
 
+from corral.executors.base import Executor
 from corral.executors.local import LocalExecutor
 from corral.executors.runas import not_dumpable
 from corral.formats.types import Node
 from corral.server.accounts import RunAs
 from corral.server.api import create_asgi
 from corral.server.auth import write_admin_token
-from corral.server.controlplane import ControlPlane, Retention
+from corral.server.controlplane import ControlPlane, NodeSource, Retention
 from corral.server.httpguard import KEEP_ALIVE, MAX_CONNECTIONS, GuardedHttpTools
 from corral.server.interactive import DEFAULT_PORT_RANGE, Interactive, load_templates
-from corral.server.inventory import local_inventory, pretend_inventory
+from corral.server.inventory import Inventory, RayNodeSource, local_inventory, pretend_inventory
 from corral.server.proxy import JobProxy
 from corral.server.quotafile import QuotaSource
 from corral.server.store import Store
@@ -33,6 +34,7 @@ from corral.server.store import Store
 log = logging.getLogger("corral.server")
 
 FD_RESERVE = 128  # descriptors kept for the store, log files and launching supervisors
+RAY_CONNECT_TIMEOUT = 60.0  # seconds for the first list of nodes from the Ray pool
 
 
 @dataclass(slots=True)
@@ -50,6 +52,8 @@ class Settings:
     templates: Path | None = None  # the admin's templates for interactive jobs
     port_range: tuple[int, int] = DEFAULT_PORT_RANGE  # ports for interactive jobs, per node
     retention: Retention = Retention()  # how long finished jobs, events and logs are kept
+    executor: str = "local"  # local | ray
+    ray_address: str | None = None  # the Ray cluster (GCS) address, for executor "ray"
 
     @property
     def url(self) -> str:
@@ -59,6 +63,10 @@ class Settings:
 
 class StateDirBusy(RuntimeError):
     pass
+
+
+class ExecutorUnavailable(RuntimeError):
+    """The executor asked for cannot run (a bad option, Ray missing or unreachable)."""
 
 
 def secure_state_dir(state_dir: Path) -> None:
@@ -133,13 +141,9 @@ def build(settings: Settings) -> ControlPlane:
     from corral.core.decide import decide
     from corral.policies import load_policy
 
-    if settings.cluster is not None:
-        inventory = pretend_inventory(load_pool(settings.cluster))
-    else:
-        inventory = local_inventory(settings.fake_gpus, settings.accelerator, settings.node_name)
-    quota = QuotaSource(settings.quota, sorted({n.accelerator for n in inventory.nodes}))
+    executor, inventory, nodes = build_executor(settings)
+    quota = QuotaSource(settings.quota, inventory.types)
     store = Store(settings.state_dir / "corral.db")
-    executor = LocalExecutor(settings.state_dir)
     interactive = Interactive(
         store,
         settings.state_dir,
@@ -157,9 +161,40 @@ def build(settings: Settings) -> ControlPlane:
         check_admissible,
         RunAs(settings.run_as),
         interactive,
+        nodes,
     )
     cp.retention = settings.retention
     return cp
+
+
+def build_executor(settings: Settings) -> tuple[Executor, Inventory, NodeSource | None]:
+    """The executor asked for, the pool it runs on, and where changes to that pool come from."""
+    if settings.executor == "local":
+        if settings.cluster is not None:
+            inventory = pretend_inventory(load_pool(settings.cluster))
+        else:
+            inventory = local_inventory(
+                settings.fake_gpus, settings.accelerator, settings.node_name
+            )
+        return LocalExecutor(settings.state_dir), inventory, None
+    if settings.executor != "ray":
+        raise ExecutorUnavailable(f"executor: {settings.executor!r} is not one of: local, ray")
+    if not settings.ray_address:
+        raise ExecutorUnavailable("--executor ray needs --ray-address HOST:PORT (the Ray head)")
+    try:
+        from corral.executors.ray_executor import RayExecutor
+    except ImportError as err:
+        raise ExecutorUnavailable(
+            f"the Ray executor needs Ray: pip install 'corral[ray]' ({err})"
+        ) from None
+    executor = RayExecutor(settings.state_dir, settings.ray_address)
+    nodes = RayNodeSource(executor.nodes)
+    try:
+        inventory = nodes.first(timeout=RAY_CONNECT_TIMEOUT)
+    except TimeoutError as err:
+        executor.close()
+        raise ExecutorUnavailable(str(err)) from None
+    return executor, inventory, nodes
 
 
 class Server:
@@ -230,5 +265,8 @@ class Server:
         if self.cp.interactive is not None:
             self.cp.interactive.stop()
         self.cp.stop()
+        close = getattr(self.cp.executor, "close", None)
+        if close is not None:
+            close()  # the Ray executor's helpers; running gangs keep running
         self.cp.store.close()
         os.close(self._lock_fd)

@@ -1,0 +1,84 @@
+"""The Ray executor: the local executor's run directories and detached supervisors, with a
+supervisor that carries the gang out on the Ray pool (ray_supervisor.py) instead of here.
+
+Everything the local executor guarantees holds unchanged: launch is idempotent, a supervisor
+outlives a SIGKILL of `corral up` and is adopted on restart, a vanished one makes its attempt
+`lost`. What is new: ports are picked on worker 0's node by the supervisor, the nodes come
+from the pool (ray_inventory.py), and one spare supervisor is kept connected to Ray so that a
+launch does not wait for a Python start and `ray.init()`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+from corral.executors.base import Launch
+from corral.executors.local import LocalExecutor
+from corral.executors.ray_inventory import RayInventory
+from corral.executors.rundir import RunDir
+
+log = logging.getLogger("corral.ray")
+
+
+class RayExecutor(LocalExecutor):
+    def __init__(self, state_dir: Path, address: str) -> None:
+        super().__init__(state_dir)
+        self.address = address
+        self.nodes = RayInventory(address, self.state_dir)
+        self._spare: subprocess.Popen[bytes] | None = None
+        self._start_spare()
+
+    def _resolve(self, launch: Launch) -> Launch:
+        return launch  # MASTER_PORT and MEGASCALE_PORT are picked on worker 0's node
+
+    def _start_supervisor(self, run: RunDir) -> subprocess.Popen[bytes]:
+        spare, self._spare = self._spare, None
+        proc = self._hand_over(spare, run) if spare is not None else None
+        if proc is None:
+            with open(run.file("supervisor.log"), "ab") as out:
+                proc = subprocess.Popen(
+                    self._argv(str(run.path)),
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+        self._start_spare()
+        return proc
+
+    def _hand_over(self, spare: subprocess.Popen[bytes], run: RunDir) -> subprocess.Popen | None:
+        if spare.poll() is not None or spare.stdin is None:
+            return None
+        try:
+            spare.stdin.write(f"{run.path}\n".encode())
+            spare.stdin.close()
+        except OSError:  # it died just now: start a fresh one instead
+            return None
+        return spare
+
+    def _start_spare(self) -> None:
+        with open(self.state_dir / "ray" / "spare.log", "ab") as out:
+            self._spare = subprocess.Popen(
+                self._argv("--spare"),
+                stdin=subprocess.PIPE,  # EOF (we are gone) makes an unused spare exit
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def _argv(self, run: str) -> list[str]:
+        return [sys.executable, "-m", "corral.executors.ray_supervisor", run, self.address]
+
+    def close(self) -> None:
+        """Stop the inventory helper and the spare; running gangs are left running."""
+        self.nodes.close()
+        spare, self._spare = self._spare, None
+        if spare is not None and spare.stdin is not None:
+            with contextlib.suppress(OSError):
+                spare.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                spare.wait(timeout=5)

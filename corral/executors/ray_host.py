@@ -1,0 +1,129 @@
+"""The process that holds one worker of a gang on a Ray node.
+
+Its actor (ray_worker.py) runs `python -m corral.executors.ray_host DIR ACTOR_PID`; it forks
+at once and the parent exits, so the host is nobody's child in Ray: Ray kills an actor's own
+children when the actor dies, but would leave the worker (a session of its own) running. The
+host then:
+
+- starts the worker as the local supervisor does (start_worker_process: its account, workdir
+  and env), output to DIR/worker.log;
+- writes DIR/worker.json (the worker's ProcessRef; its pid is its process group) and, when the
+  worker exits, DIR/exit.json ({"code"});
+- is a child subreaper, so what the worker orphans is reparented to it and reaped here;
+- watches its actor (a pidfd): if the actor dies (ray.kill, the driver gone, the node's raylet
+  gone), it SIGKILLs the worker's group and every descendant, so no process of a dead attempt
+  survives on the node;
+- exits once the worker's group is empty, killing whatever escaped it (setsid) on the way out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import sys
+from pathlib import Path
+
+import psutil
+
+from corral.executors.base import Launch
+from corral.executors.runas import WorkerSetupError
+from corral.executors.rundir import ProcessRef, read_json, write_json_atomic
+from corral.executors.supervisor import (
+    SPAWN_FAILED,
+    become_subreaper,
+    kill_escaped_descendants,
+    start_worker_process,
+)
+
+TICK = 0.1  # seconds between looks at the worker's group while it lives
+
+
+def worker_base_env() -> dict[str, str]:
+    """The node's environment as the raylet was started, without what Ray set for the actor
+    (a job that calls ray.init() itself must not attach as this actor)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    # Ray must not overwrite corral's CUDA_VISIBLE_DEVICES in anything the job starts.
+    env["RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"] = "1"
+    return env
+
+
+def kill_everything(worker: ProcessRef | None) -> None:
+    if worker is not None:
+        worker.signal_group(signal.SIGKILL)
+    kill_escaped_descendants()
+
+
+def host(work: Path, actor: int) -> int:
+    # Not SIG_IGN: an ignored signal stays ignored across exec, and the worker's shell could
+    # then not even trap SIGTERM. A handler is reset to the default in the worker.
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    become_subreaper()
+    try:
+        actor_fd = os.pidfd_open(actor)
+    except ProcessLookupError:
+        return 1  # the actor is already gone: start nothing
+    data = read_json(work / "launch.json")
+    launch, index = Launch.from_dict(data["launch"]), data["index"]
+    # The state dir is out of the job's sight where this node has it (one shared with the
+    # control plane's host); elsewhere there is nothing to hide.
+    hide = [path for path in data["hide"] if os.path.exists(path)]
+    with open(work / "worker.log", "ab") as out:
+        try:
+            proc = start_worker_process(
+                launch, index, out, data["run_marker"], hide, base_env=worker_base_env()
+            )
+        except WorkerSetupError as err:
+            # The worker's log is where its user will look for why it did not run.
+            out.write(f"corral: {err}\n".encode())
+            write_json_atomic(work / "exit.json", {"code": SPAWN_FAILED})
+            return SPAWN_FAILED
+    worker = ProcessRef.of(proc.pid)
+    write_json_atomic(work / "worker.json", worker.to_dict())
+    code = None
+    while code is None or worker.group_exists():
+        ready, _, _ = select.select([actor_fd], [], [], TICK)
+        if ready:  # the actor died: the gang is over on this node
+            kill_everything(worker)
+            return 1
+        code = reap(proc.pid, work) if code is None else code
+        reap_orphans()
+    kill_escaped_descendants()
+    return 0
+
+
+def reap(pid: int, work: Path) -> int | None:
+    """The worker's exit code once it has exited (recorded in exit.json), else None."""
+    with contextlib.suppress(ChildProcessError):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            code = os.waitstatus_to_exitcode(status)
+            write_json_atomic(work / "exit.json", {"code": code})
+            return code
+    return None
+
+
+def reap_orphans() -> None:
+    for child in psutil.Process().children():
+        with contextlib.suppress(psutil.Error, ChildProcessError):
+            if child.status() == psutil.STATUS_ZOMBIE:
+                os.waitpid(child.pid, os.WNOHANG)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    work, actor = Path(args[0]), int(args[1])
+    if os.fork():
+        return 0  # the actor's child exits at once; the host lives on, out of Ray's reach
+    os.setsid()
+    write_json_atomic(work / "host.json", ProcessRef.of(os.getpid()).to_dict())
+    # Our stdout is the actor's pipe; nothing more may go there, or the actor would block.
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os._exit(host(work, actor))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,367 @@
+"""The supervisor of one attempt on Ray: a detached process and a Ray driver.
+
+Run as `python -m corral.executors.ray_supervisor RUN_DIR ADDRESS`, or with `--spare ADDRESS`
+as a driver already connected that waits for its RUN_DIR on stdin (the executor keeps one
+ready, so a launch does not wait for Python and `ray.init()`). It keeps the local supervisor's
+run directory protocol (rundir.py), so the executor, adoption after a control-plane restart and
+`lost` work exactly as for the local executor: it survives a SIGKILL of `corral up`, and if it
+dies itself its actors die with it (they belong to its driver) and their hosts kill the gang.
+
+The gang is corral's, not Ray's: one placement group per attempt, one bundle per worker pinned
+to the node corral chose; one actor per worker (ray_worker.py). Worker 0's node gives
+MASTER_ADDR and picks MASTER_PORT and MEGASCALE_PORT. The first worker failure, actor death or
+node death stops the others: SIGTERM to every worker's group, the grace, SIGKILL; then the
+actors and the placement group go. Worker logs are copied into the state dir every TICK.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import select
+import signal
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from corral.executors.base import (
+    FAILED,
+    LOST,
+    SUCCEEDED,
+    TERMINATED,
+    TIMEOUT,
+    AttemptExit,
+    Launch,
+)
+from corral.executors.ray_inventory import alive_nodes, connect
+from corral.executors.rundir import ProcessRef, RunDir, read_json, write_json_atomic
+from corral.executors.supervisor import KILL_WAIT, Signals, claim, record_failure
+
+log = logging.getLogger("corral.ray.supervisor")
+
+TICK = 0.2  # seconds between polls of the workers (exits, logs)
+CALL_TIMEOUT = 30.0  # seconds for an actor call before the attempt is given up
+PLACE_TIMEOUT = 30.0  # a pinned bundle that cannot be placed would wait forever without it
+BUNDLE = {"CPU": 0.001}  # a bundle needs some resource; corral, not Ray, accounts for devices
+
+
+class NodeLost(Exception):
+    """A node the gang needs is gone (or its bundle cannot be placed): the attempt is lost."""
+
+
+class RayGang:
+    def __init__(self, run: RunDir, launch: Launch, signals: Signals) -> None:
+        self.run = run
+        self.launch = launch
+        self.signals = signals
+        n = len(launch.workers)
+        self.actors: list[Any] = []
+        self.pg: Any = None
+        self.codes: list[int | None] = [None] * n
+        self.live = [False] * n  # the worker's host still runs (or its log is not drained)
+        self.offsets = [self._log_size(i) for i in range(n)]
+        self.first_failed: int | None = None
+        self.outcome: str | None = None
+        self.message = ""
+        self.kill_at = 0.0
+        self.give_up_at: float | None = None
+        self.deadline: float | None = None
+
+    # --- placing ----------------------------------------------------------------------------
+
+    def place(self) -> None:
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from corral.executors.ray_worker import WorkerActor
+
+        nodes = {n.name: n for n in alive_nodes(ray.nodes())}
+        workers = self.launch.workers
+        gone = sorted({w.node for w in workers} - nodes.keys())
+        if gone:
+            raise NodeLost(f"node {', '.join(gone)} is not in the Ray pool")
+        self.pg = placement_group(
+            [BUNDLE] * len(workers),
+            name=f"corral-{self.run.job_id}-{self.run.attempt}",
+            bundle_label_selector=[{"ray.io/node-id": nodes[w.node].node_id} for w in workers],
+        )
+        try:
+            ray.get(self.pg.ready(), timeout=PLACE_TIMEOUT)
+        except ray.exceptions.GetTimeoutError:
+            raise NodeLost(f"Ray could not place the gang in {PLACE_TIMEOUT:g}s") from None
+        remote = ray.remote(WorkerActor)
+        self.actors = [
+            remote.options(
+                scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, i),
+                num_cpus=0,
+                max_restarts=0,
+            ).remote()
+            for i in range(len(workers))
+        ]
+        need = 1 + (self.launch.num_slices > 1)
+        ports = self.call(self.actors[0].free_ports.remote(need))
+        self.launch = replace(
+            self.launch,
+            master_addr=nodes[workers[0].node].address,
+            master_port=ports[0],
+            megascale_port=ports[-1] if need > 1 else 0,
+        )
+        write_json_atomic(self.run.file("launch.json"), self.launch.to_dict())
+
+    def start_workers(self) -> None:
+        if self.launch.max_runtime is not None:
+            self.deadline = time.monotonic() + self.launch.max_runtime
+        data, marker, hide = self.launch.to_dict(), str(self.run.path), [str(self.run.state_dir)]
+        self.call([a.start.remote(data, i, marker, hide) for i, a in enumerate(self.actors)])
+        self.live = [True] * len(self.actors)
+        log.info("gang started: %s", [w.node for w in self.launch.workers])
+
+    def call(self, refs: Any) -> Any:
+        """ray.get, with an actor's death meaning its node (or the actor) is lost."""
+        import ray
+
+        try:
+            return ray.get(refs, timeout=CALL_TIMEOUT)
+        except ray.exceptions.RayActorError as err:
+            raise NodeLost(f"an actor of the gang died: {type(err).__name__}") from None
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    def supervise(self) -> AttemptExit:
+        try:
+            if not self.signals.stop_requested:
+                self.place()
+            if not self.signals.stop_requested:
+                self.start_workers()
+        except NodeLost as err:
+            log.warning("attempt lost: %s", err)
+            self.outcome, self.message = LOST, str(err)
+        if self.outcome is None and not any(self.live):
+            self.outcome = TERMINATED  # stopped before it started
+        while True:
+            self.poll_workers()
+            self.advance()
+            if self.settled():
+                return self.finish()
+            self.sleep()
+
+    def poll_workers(self) -> None:
+        import ray
+
+        pending = {
+            self.actors[i].poll.remote(self.offsets[i]): i
+            for i in range(len(self.actors))
+            if self.live[i]
+        }
+        if not pending:
+            return
+        ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=CALL_TIMEOUT)
+        for ref in ready:
+            i = pending[ref]
+            try:
+                code, alive, chunk = ray.get(ref)
+            except ray.exceptions.RayActorError as err:
+                self.actor_died(i, err)
+                continue
+            if chunk:
+                with open(self.run.worker_log(i), "ab") as out:
+                    out.write(chunk)
+                self.offsets[i] += len(chunk)
+            if code is not None and self.codes[i] is None:
+                self.record_exit(i, code)
+            self.live[i] = alive or bool(chunk)  # one more poll drains the log's tail
+
+    def actor_died(self, index: int, err: Exception) -> None:
+        """Its host has killed the worker (it watches the actor): nothing of it is left."""
+        self.live[index] = False
+        node = self.launch.workers[index].node
+        log.warning("worker %d: actor on node %s died: %s", index, node, type(err).__name__)
+        if self.outcome is None:
+            self.outcome, self.message = LOST, f"node {node} (worker {index}) was lost"
+            self.kill_at = time.monotonic()
+            self.signal_all(signal.SIGKILL)  # a lost gang is requeued: no grace to wait for
+
+    def record_exit(self, index: int, code: int) -> None:
+        self.codes[index] = code
+        log.info("worker %d exited with %d", index, code)
+        if code != 0 and self.outcome is None and self.first_failed is None:
+            self.first_failed = index
+
+    def advance(self) -> None:
+        if self.outcome is None:
+            outcome = self.natural_outcome()
+            if outcome is not None:
+                self.stop(outcome, self.launch.grace)
+        if self.signals.stop_requested:
+            self.signals.stop_requested = False
+            self.stop(TERMINATED, self.requested_grace())
+        if (
+            self.outcome is not None
+            and self.give_up_at is None
+            and time.monotonic() >= self.kill_at
+        ):
+            log.info("grace over: SIGKILL to the gang")
+            self.signal_all(signal.SIGKILL)
+            self.give_up_at = time.monotonic() + KILL_WAIT
+
+    def natural_outcome(self) -> str | None:
+        if self.first_failed is not None:
+            return FAILED
+        if all(code == 0 for code in self.codes):
+            return SUCCEEDED
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            return TIMEOUT
+        return None
+
+    def requested_grace(self) -> float:
+        grace = (read_json(self.run.file("stop.json")) or {}).get("grace")
+        return self.launch.grace if grace is None else float(grace)
+
+    def stop(self, outcome: str, grace: float) -> None:
+        now = time.monotonic()
+        if self.outcome is not None and self.kill_at:
+            self.kill_at = min(self.kill_at, now + grace)
+            return
+        self.outcome = self.outcome or outcome
+        self.kill_at = now + grace
+        self.signal_all(signal.SIGTERM)
+        log.info("gang %s; SIGTERM to the workers, SIGKILL in %.1fs", self.outcome, grace)
+
+    def signal_all(self, sig: int) -> None:
+        for i, actor in enumerate(self.actors):
+            if self.live[i]:
+                actor.signal.remote(int(sig))
+
+    def settled(self) -> bool:
+        if self.outcome is None:
+            return False
+        if self.give_up_at is not None and time.monotonic() >= self.give_up_at:
+            log.warning("workers survive SIGKILL (uninterruptible?); recording anyway")
+            return True
+        return not any(self.live)
+
+    def sleep(self) -> None:
+        ready, _, _ = select.select([self.signals.wake_fd], [], [], TICK)
+        if ready:
+            with contextlib.suppress(BlockingIOError):
+                while os.read(self.signals.wake_fd, 512):
+                    pass
+
+    def finish(self) -> AttemptExit:
+        assert self.outcome is not None
+        exit_code = None
+        if self.outcome == SUCCEEDED:
+            exit_code = 0
+        elif self.outcome == FAILED and self.first_failed is not None:
+            exit_code = self.codes[self.first_failed]
+        result = AttemptExit(
+            job_id=self.launch.job_id,
+            attempt=self.launch.attempt,
+            outcome=self.outcome,
+            exit_code=exit_code,
+            worker_codes=list(self.codes),
+            finished_at=time.time(),
+            message=self.message,
+        )
+        self.release()
+        write_json_atomic(self.run.file("status.json"), result.to_dict())
+        log.info("attempt %s: exit code %s, workers %s", result.outcome, exit_code, self.codes)
+        return result
+
+    def release(self) -> None:
+        """The actors and the placement group go (their hosts have exited, or die with them)."""
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        with contextlib.suppress(Exception):
+            ray.get([a.cleanup.remote() for a in self.actors], timeout=5)
+        for actor in self.actors:
+            with contextlib.suppress(Exception):
+                ray.kill(actor)
+        if self.pg is not None:
+            with contextlib.suppress(Exception):
+                remove_placement_group(self.pg)
+
+    def _log_size(self, index: int) -> int:
+        """Bytes already copied (by an earlier supervisor of this attempt: none, normally)."""
+        try:
+            return self.run.worker_log(index).stat().st_size
+        except FileNotFoundError:
+            return 0
+
+
+def handle_signals(signals: Signals) -> None:
+    """(Re)install our handlers: ray.init() may have put its own in place."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signals.handle)
+
+
+def wait_for_run(stdin: Any) -> Path | None:
+    """A spare's assignment: one line with the run dir, or EOF (the executor is gone)."""
+    line = stdin.readline().strip()
+    return Path(line) if line else None
+
+
+def redirect_output(path: Path) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print(
+            "usage: python -m corral.executors.ray_supervisor (RUN_DIR | --spare) ADDRESS",
+            file=sys.stderr,
+        )
+        return 2
+    signals = Signals.install()
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s ray-supervisor[%(process)d] %(levelname)s %(message)s",
+    )
+    connect(args[1])
+    handle_signals(signals)
+    if args[0] == "--spare":
+        path = wait_for_run(sys.stdin)
+        if path is None:
+            return 0
+        redirect_output(path / "supervisor.log")
+    else:
+        path = Path(args[0])
+    return supervise(RunDir.from_path(path), signals)
+
+
+def supervise(run: RunDir, signals: Signals) -> int:
+    if not claim(run):
+        log.info("another supervisor has this attempt; nothing to do")
+        return 0
+    write_json_atomic(run.file("supervisor.pid"), ProcessRef.of(os.getpid()).to_dict())
+    if run.file("status.json").exists():
+        return 0
+    gang = None
+    try:
+        launch = Launch.from_dict(read_json(run.file("launch.json")))
+        if launch.crypt_proxy:
+            record_failure(run, "crypt_proxy: not available on the Ray executor yet")
+            return 1
+        signals.stop_requested |= run.file("stop.json").exists()
+        gang = RayGang(run, launch, signals)
+        gang.supervise()
+    except Exception as err:
+        log.exception("supervisor failed; the gang goes with its actors")
+        if gang is not None:
+            gang.release()
+        record_failure(run, f"the supervisor failed: {type(err).__name__}: {err}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

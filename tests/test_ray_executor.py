@@ -1,0 +1,248 @@
+"""The Ray executor on a real 3-node Ray cluster (raykit.py), driven through the CLI and HTTP:
+gangs land where corral placed them with the env contract, logs come back, a failing worker or
+a dead node stops its gang, `corral up` can be SIGKILLed and restarted, nodes can join."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import CLI, TEAM_QUOTA, LiveServer, free_port
+from raykit import Netns, RayCluster, run_processes, skip_unless_ray_and_netns
+
+pytestmark = pytest.mark.live
+
+QUOTA = TEAM_QUOTA + '[scheduler]\npreempt_grace = "2s"\n'
+DOMAINS = {"n1": "d1", "n2": "d2", "n3": "d3"}
+
+# Every worker reports its env, then the gang meets at MASTER_ADDR:MASTER_PORT: worker 0
+# listens, every other worker connects and sends its rank, and worker 0 prints the ranks.
+WORKER = r"""
+import json, os, socket, sys, time
+env = {k: v for k, v in os.environ.items() if k.startswith(("CORRAL_", "MASTER_", "MEGASCALE_",
+       "RANK", "WORLD_SIZE", "LOCAL_", "CUDA_VISIBLE", "JAX_"))}
+print("ENV " + json.dumps(env), flush=True)
+rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
+addr = (env["MASTER_ADDR"], int(env["MASTER_PORT"]))
+if rank == 0:
+    server = socket.create_server(addr)
+    got = []
+    for _ in range(world - 1):
+        conn, _ = server.accept()
+        got.append(int(conn.recv(16)))
+        conn.close()
+    print("MET " + json.dumps(sorted(got)), flush=True)
+else:
+    deadline = time.time() + 30
+    while True:
+        try:
+            with socket.create_connection(addr, timeout=2) as conn:
+                conn.sendall(str(rank).encode())
+            break
+        except OSError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.05)
+    print("CONNECTED", flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory):
+    skip_unless_ray_and_netns()
+    root = tmp_path_factory.mktemp("ray")
+    netns = Netns()
+    server = None
+    try:
+        cluster = RayCluster(root)
+        for name, domain in DOMAINS.items():
+            cluster.start(name, domain)  # one at a time: nodes of one machine pick socket names
+            cluster.wait(name)
+        quota = root / "quota.toml"
+        quota.write_text(QUOTA)
+        args = ["--executor", "ray", "--ray-address", cluster.address, "--quota", str(quota)]
+        args += ["--run-as", "corral"]  # the test's users have no Unix accounts
+        server = LiveServer(root / "state", free_port(), args).start(timeout=90)
+        wait_nodes(server, 3)
+        yield cluster, server
+    finally:
+        if server is not None:
+            with contextlib.suppress(Exception):
+                server.cancel_all()
+            server.stop()
+        with contextlib.suppress(NameError):
+            cluster.close()
+        netns.close()
+
+
+def wait_nodes(server: LiveServer, count: int, timeout: float = 30.0) -> list[dict]:
+    deadline = time.monotonic() + timeout
+    while True:
+        nodes = json.loads(server.cli("nodes", "--json", admin=True).stdout)
+        if len(nodes) == count or time.monotonic() > deadline:
+            assert len(nodes) == count, nodes
+            return nodes
+        time.sleep(0.2)
+
+
+def submit(server: LiveServer, *args: str) -> str:
+    done = server.cli("submit", "--json", *args, admin=True)
+    return json.loads(done.stdout)["id"]
+
+
+def run_dir(server: LiveServer, job_id: str, attempt: int) -> Path:
+    return (server.state / "runs" / job_id / str(attempt)).resolve()
+
+
+def wait_gone(run: Path, timeout: float = 10.0) -> None:
+    """No process of the attempt is left on any node."""
+    deadline = time.monotonic() + timeout
+    while (procs := run_processes(run)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not procs, [p.cmdline() for p in procs]
+
+
+def test_gang_lands_where_placed_with_the_env_contract(pool, tmp_path):
+    cluster, server = pool
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    job = submit(
+        server, "--slices", "2", "--workers", "2", "--per-worker", "2", "--", "python3", str(script)
+    )
+    logs = subprocess.run(
+        [*CLI, "logs", "-f", job, "--worker", "0"],
+        env=server.env(server.admin_token),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    row = server.wait(job, "succeeded", timeout=30)
+    assert "MET [1, 2, 3]" in logs.stdout, logs.stdout + logs.stderr
+    placement = row["placement"]
+    nodes = {p["node"] for p in placement}
+    assert len(nodes) == 2 and all(DOMAINS[n] for n in nodes)
+    ip = {name: node.ip for name, node in cluster.nodes.items()}
+    envs = []
+    for p in placement:
+        text = server.cli("logs", job, "--worker", str(p["worker"]), admin=True).stdout
+        envs.append(
+            json.loads(next(line for line in text.splitlines() if line.startswith("ENV "))[4:])
+        )
+        assert ("MET" in text) if p["worker"] == 0 else ("CONNECTED" in text)
+    master = placement[0]["node"]
+    for p, env in zip(placement, envs, strict=True):
+        assert env["RANK"] == env["CORRAL_WORKER_INDEX"] == str(p["worker"])
+        assert env["WORLD_SIZE"] == env["CORRAL_NUM_WORKERS"] == "4"
+        assert env["CORRAL_SLICE_ID"] == env["MEGASCALE_SLICE_ID"] == str(p["slice"])
+        assert env["CORRAL_NUM_SLICES"] == env["MEGASCALE_NUM_SLICES"] == "2"
+        assert env["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, p["gpus"]))
+        assert env["MASTER_ADDR"] == env["MEGASCALE_COORDINATOR_ADDRESS"] == ip[master]
+        assert env["MASTER_PORT"] == envs[0]["MASTER_PORT"]
+        assert env["MEGASCALE_PORT"] == envs[0]["MEGASCALE_PORT"] != env["MASTER_PORT"]
+        assert env["LOCAL_WORLD_SIZE"] == "2"
+    assert len({p["node"] for p in placement[:2]}) == 1, "a slice is on one node here"
+    # Each worker ran on the node corral chose: the node's own environment says which.
+    for p in placement:
+        env_dump = server.cli("logs", job, "--worker", str(p["worker"]), admin=True).stdout
+        assert env_dump  # (the node tag is checked in the next test's worker)
+    wait_gone(run_dir(server, job, 0))
+
+
+def test_worker_runs_on_its_node_and_a_failure_stops_the_gang(pool, tmp_path):
+    cluster, server = pool
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    script = (
+        f'echo "$CORRAL_TEST_NODE" > {marks}/node-$RANK; '
+        f'if [ "$RANK" = 1 ]; then sleep 0.5; exit 3; fi; '
+        f"trap 'echo term > {marks}/term-$RANK; exit 143' TERM; "
+        "while true; do sleep 0.1; done"
+    )
+    job = submit(
+        server, "--workers", "1", "--slices", "3", "--per-worker", "4", "--", "sh", "-c", script
+    )
+    row = server.wait(job, "failed", timeout=30)
+    assert row["exit_code"] == 3
+    placement = row["placement"]
+    assert sorted(p["node"] for p in placement) == ["n1", "n2", "n3"]
+    for p in placement:
+        assert (marks / f"node-{p['worker']}").read_text().strip() == p["node"]
+    assert (marks / "term-0").read_text().strip() == "term"
+    assert (marks / "term-2").read_text().strip() == "term"
+    wait_gone(run_dir(server, job, 0))
+
+
+def test_sigkill_of_corral_up_keeps_the_gang_and_adopts_it(pool, tmp_path):
+    _, server = pool
+    job = submit(
+        server,
+        "--slices",
+        "2",
+        "--per-worker",
+        "4",
+        "--",
+        "sh",
+        "-c",
+        'i=0; while true; do echo "tick $i"; i=$((i+1)); sleep 0.1; done',
+    )
+    server.wait(job, "running", timeout=30)
+    log = server.state / "logs" / job / "0" / "worker-1.log"
+    deadline = time.monotonic() + 20
+    while not (log.exists() and log.stat().st_size) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    server.kill()
+    size = log.stat().st_size
+    time.sleep(1.5)
+    assert log.stat().st_size > size, "the supervisor kept mirroring logs without corral up"
+    server.start(timeout=90)
+    row = server.job(job)
+    assert row["state"] == "running" and row["attempt"] == 0, row
+    server.cli("cancel", job, admin=True)
+    server.wait(job, "cancelled", timeout=20)
+    assert [a["attempt"] for a in server.job(job)["attempts"]] == [0]
+    wait_gone(run_dir(server, job, 0))
+
+
+def test_dead_node_loses_its_gang_which_is_requeued(pool):
+    cluster, server = pool
+    job = submit(server, "--slices", "2", "--per-worker", "4", "--", "sh", "-c", "sleep 300")
+    row = server.wait(job, "running", timeout=30)
+    server.wait(job, lambda j: j["attempts"][-1]["state"] == "running", timeout=30)
+    victim = next(p["node"] for p in row["placement"] if p["node"] != "n1")
+    killed = time.monotonic()
+    cluster.nodes[victim].raylet().kill()
+    row = server.wait(job, lambda j: j["attempt"] == 1, timeout=10, what="requeued")
+    requeued = time.monotonic() - killed
+    first = row["attempts"][0]
+    assert first["state"] == "lost" and victim in first["message"], first
+    assert row["restarts"] == 0, "a lost attempt is not charged to max_restarts"
+    wait_gone(run_dir(server, job, 0))
+    wait_nodes(server, 2)
+    print(f"node death to requeue: {requeued:.1f}s")
+    # Two nodes are left, in two domains: the next attempt runs on them.
+    row = server.wait(job, "running", timeout=20)
+    assert victim not in {p["node"] for p in row["placement"]}
+    server.cli("cancel", job, admin=True)
+    server.wait(job, "cancelled", timeout=20)
+    cluster.nodes[victim].kill()
+
+
+def test_a_node_that_joins_takes_work(pool):
+    cluster, server = pool
+    live = {p["name"] for p in wait_nodes(server, 2)}
+    job = submit(server, "--slices", "3", "--per-worker", "4", "--", "sh", "-c", "echo hi")
+    time.sleep(0.5)
+    assert server.job(job)["state"] == "pending"
+    cluster.start("n4", "d4")
+    cluster.wait("n4")
+    wait_nodes(server, 3)
+    joined = time.monotonic()
+    row = server.wait(job, "succeeded", timeout=30)
+    assert "n4" in {p["node"] for p in row["placement"]} and live < {
+        p["node"] for p in row["placement"]
+    }
+    print(f"node join to job done: {time.monotonic() - joined:.1f}s")
