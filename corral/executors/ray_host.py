@@ -18,14 +18,11 @@ host then:
 
 from __future__ import annotations
 
-import contextlib
 import os
 import select
 import signal
 import sys
 from pathlib import Path
-
-import psutil
 
 from corral.executors.base import Launch
 from corral.executors.runas import WorkerSetupError
@@ -87,28 +84,25 @@ def host(work: Path, actor: int) -> int:
         if ready:  # the actor died: the gang is over on this node
             kill_everything(worker)
             return 1
-        code = reap(proc.pid, work) if code is None else code
-        reap_orphans()
+        for pid, status in reap_children():
+            if pid == proc.pid:
+                code = os.waitstatus_to_exitcode(status)
+                write_json_atomic(work / "exit.json", {"code": code})
     kill_escaped_descendants()
     return 0
 
 
-def reap(pid: int, work: Path) -> int | None:
-    """The worker's exit code once it has exited (recorded in exit.json), else None."""
-    with contextlib.suppress(ChildProcessError):
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            code = os.waitstatus_to_exitcode(status)
-            write_json_atomic(work / "exit.json", {"code": code})
-            return code
-    return None
-
-
-def reap_orphans() -> None:
-    for child in psutil.Process().children():
-        with contextlib.suppress(psutil.Error, ChildProcessError):
-            if child.status() == psutil.STATUS_ZOMBIE:
-                os.waitpid(child.pid, os.WNOHANG)
+def reap_children() -> list[tuple[int, int]]:
+    """(pid, wait status) of every exited child: the worker, and orphans reparented to us."""
+    reaped = []
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return reaped
+        if pid == 0:
+            return reaped
+        reaped.append((pid, status))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -127,7 +127,15 @@ class RayGang:
         try:
             return ray.get(refs, timeout=CALL_TIMEOUT)
         except ray.exceptions.RayActorError as err:
-            raise NodeLost(f"an actor of the gang died: {type(err).__name__}") from None
+            raise NodeLost(f"{self.gone_nodes()} was lost ({type(err).__name__})") from None
+
+    def gone_nodes(self) -> str:
+        """The gang's nodes that have left the Ray pool, for a message."""
+        import ray
+
+        alive = {n.name for n in alive_nodes(ray.nodes())}
+        gone = sorted({w.node for w in self.launch.workers} - alive)
+        return f"node {', '.join(gone)}" if gone else "an actor of the gang"
 
     # --- the loop ---------------------------------------------------------------------------
 
