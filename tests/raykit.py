@@ -157,7 +157,7 @@ class RayCluster:
         self.nodes[name] = node
         return node
 
-    def wait(self, *names: str, timeout: float = 120.0) -> None:
+    def wait(self, *names: str, timeout: float = 300.0) -> None:
         deadline = time.monotonic() + timeout
         for name in names:
             node = self.nodes[name]

@@ -65,6 +65,7 @@ def pool(tmp_path_factory):
         quota = root / "quota.toml"
         quota.write_text(QUOTA)
         args = ["--executor", "ray", "--ray-address", cluster.address, "--quota", str(quota)]
+        args += ["--run-as", "corral"]  # the test's users have no Unix accounts
         server = LiveServer(root / "state", free_port(), args).start(timeout=90)
         wait_nodes(server, 3)
         yield cluster, server
