@@ -189,6 +189,9 @@ def test_several_containers_and_different_replicated_jobs_are_refused():
     ("change", "key"),
     [
         ({"pod__containers__0__image": "python:3.8"}, "containers[0].image"),
+        ({"pod__containers__0__imagePullPolicy": "Always"}, "imagePullPolicy"),
+        ({"pod__affinity": {}}, "affinity"),
+        ({"pod__serviceAccountName": "trainer"}, "serviceAccountName"),
         ({"pod__containers__0__ports": [{"containerPort": 8471}]}, "containers[0].ports"),
         ({"pod__containers__0__securityContext": {"privileged": True}}, "securityContext"),
         ({"pod__securityContext": {"runAsUser": 0}}, "spec.securityContext"),

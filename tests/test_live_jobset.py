@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import LiveServer, free_port
 
 pytestmark = pytest.mark.live
@@ -97,3 +98,19 @@ def test_tutorial_jobsets_run_three_slices_alone_then_one_and_two_together(pool)
     assert all(len(d) == 1 for d in slices) and set().union(*slices) == {"pool1", "pool2", "pool3"}
     log = pool.cli("logs", one, admin=True).stdout
     assert "Global device count: 8" in log
+
+
+def test_the_api_takes_a_jobset_too(pool):
+    manifest = yaml.safe_load((EXAMPLES / "multislice-2slice.yaml").read_text())
+    with pool.http(pool.admin_token) as api:
+        job = api.post("/v1/jobs", json=manifest).json()
+        assert (job["name"], job["project"], job["accelerators"]) == (
+            "multislice-2slice",
+            "multislice-queue",
+            16,
+        )
+        pod = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        pod["volumes"] = []
+        refused = api.post("/v1/jobs", json=manifest)
+        assert refused.status_code == 422
+        assert refused.json()["detail"].startswith("JobSet: spec.replicatedJobs[0].template.spec")

@@ -767,6 +767,7 @@ def show(
             data["command"] if isinstance(data["command"], str) else shlex.join(data["command"]),
         ),
         ("resources", _resources(data["resources"])),
+        ("workdir", data.get("workdir") or "(the account's home)"),
         ("priority", str(data["priority"])),
         (
             "attempt",

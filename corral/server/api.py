@@ -208,6 +208,17 @@ def _default_resources(data: dict[str, Any], types: list[str]) -> None:
 MAX_INT = 2**63 - 1  # the largest integer SQLite (and a file offset) holds
 
 
+def _from_jobset(data: dict[str, Any], projects: list[str]) -> dict[str, Any]:
+    """The job spec a JobSet stands for (fields corral ignores are dropped without a word here:
+    `corral submit -f` prints a warning for each)."""
+    from corral.formats.jobset import jobset_to_spec
+
+    try:
+        return jobset_to_spec(data, "JobSet", projects)[0]
+    except FormatError as err:
+        raise Refused(422, str(err)) from None
+
+
 class Submitter:
     """The submit path: authenticate, parse, then store with group commit.
 
@@ -240,6 +251,8 @@ class Submitter:
         cp = self._cp
         user = _authenticate(cp, authorization)
         data = _json_object(body)
+        if "apiVersion" in data:  # a JobSet manifest, as `corral submit -f` would translate it
+            data = _from_jobset(data, cp.quota.projects_of(user.user))
         auto_name = "name" not in data
         if auto_name:
             data["name"] = _PLACEHOLDER_NAME
