@@ -15,12 +15,13 @@ import signal
 import socket
 import sqlite3
 import stat
+import subprocess
 import time
 
 import httpx
 import psutil
 import pytest
-from conftest import TEAM_QUOTA, LiveServer, free_port
+from conftest import CLI, TEAM_QUOTA, LiveServer, free_port
 
 pytestmark = pytest.mark.live
 
@@ -406,3 +407,36 @@ def test_finished_jobs_their_events_and_files_are_forgotten_after_retention(live
         assert c.get(f"/v1/jobs/{last}").status_code == 200
         nxt = c.post("/v1/jobs", json={"command": "true"}).json()["id"]
         assert int(nxt[1:]) == int(last[1:]) + 1
+
+
+# -- 12. the CLI says what is wrong in one line -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["show", ""],
+        ["cancel", ""],
+        ["logs", ""],
+        ["up", "--port", "99999"],
+        ["demo", "--gpus", "2"],
+    ],
+)
+def test_bad_arguments_are_one_clear_error(server, args):
+    done = server.cli(*args, token="x", check=False)
+    assert done.returncode == 2, done
+    assert "Traceback" not in done.stderr and done.stderr.strip(), done.stderr
+
+
+def test_a_quota_naming_no_accelerator_of_the_pool_is_refused_at_start(tmp_path):
+    quota = tmp_path / "quota.toml"
+    quota.write_text(QUOTA.replace("gpu = 0.5", "h100 = 0.5"))
+    done = subprocess.run(
+        [*CLI, "up", "--state", str(tmp_path / "s"), "--port", str(free_port())]
+        + ["--fake-gpus", "2", "--accelerator", "gpu", "--quota", str(quota)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done
+    assert "names h100, but this pool has gpu" in done.stderr and "Traceback" not in done.stderr

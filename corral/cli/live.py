@@ -42,6 +42,16 @@ FOLLOW_INTERVAL = 0.5  # seconds between log polls with -f
 WATCH_INTERVAL = 2.0  # seconds between frames of ls --watch
 RESTART_PATIENCE = 300.0  # seconds `logs -f` waits for a restarting `corral up`
 
+
+def _job_refs(refs: Any) -> Any:
+    """An empty job id would ask for another URL (`/v1/jobs/` is the list): refuse it."""
+    for ref in [refs] if isinstance(refs, str) else refs or ():
+        if not ref.strip():
+            fail("job: empty; give a job id or name (corral ls lists yours)")
+    return refs
+
+
+JobArg = Annotated[str, typer.Argument(help="Job id or name.", callback=_job_refs)]
 UrlOpt = Annotated[
     str, typer.Option("--url", envvar="CORRAL_URL", help="API address (CORRAL_URL).")
 ]
@@ -746,7 +756,7 @@ def ls(
 
 @app.command()
 def show(
-    job: Annotated[str, typer.Argument(help="Job id or name.")],
+    job: JobArg,
     url: UrlOpt = DEFAULT_URL,
     token_file: TokenFileOpt = None,
     as_json: JsonOpt = False,
@@ -833,7 +843,7 @@ def _attempts_table(attempts: list[dict[str, Any]]) -> Table:
 
 @app.command()
 def logs(
-    job: Annotated[str, typer.Argument(help="Job id or name.")],
+    job: JobArg,
     follow: Annotated[
         bool,
         typer.Option(
@@ -911,7 +921,9 @@ def _request_riding_restarts(client: Client, path: str, params: dict[str, Any]) 
 
 @app.command()
 def cancel(
-    jobs: Annotated[list[str] | None, typer.Argument(help="Job ids or names.")] = None,
+    jobs: Annotated[
+        list[str] | None, typer.Argument(help="Job ids or names.", callback=_job_refs)
+    ] = None,
     state: StateFilter = None,
     project: ProjectFilter = None,
     user: UserFilter = None,
@@ -1117,7 +1129,9 @@ def token_revoke(
 @app.command()
 def demo(
     fast: Annotated[bool, typer.Option("--fast", help="A ~10 s run (for CI).")] = False,
-    gpus: Annotated[int, typer.Option(help="Fake GPUs in the pool.")] = 8,
+    gpus: Annotated[
+        int, typer.Option(min=8, max=1024, help="Fake GPUs in the pool (its jobs need 8).")
+    ] = 8,
     keep: Annotated[bool, typer.Option(help="Keep the state dir and print its path.")] = False,
 ) -> None:
     """Watch corral share a pretend 8-GPU box between two teams, with a preemption."""

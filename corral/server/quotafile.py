@@ -22,6 +22,28 @@ def everything_to_default(accelerators: list[str]) -> Quota:
     )
 
 
+def check_accelerators(quota: Quota, pool: list[str], source: str) -> None:
+    """A quota whose shares name none of the pool's accelerator types guarantees nobody
+    anything: refused (FormatError) with the fix. Types the pool lacks are only warned about
+    (a pool may grow into them)."""
+    named = {t for shares in quota.shares.values() for t in shares}
+    named |= {t for limits in quota.limits.values() for t in limits}
+    if quota.shares and pool and not named & set(pool):
+        raise FormatError(
+            f"{source}: [project_resources] names {', '.join(sorted(named))}, but this pool has"
+            f" {', '.join(pool)}: name the pool's types in the quota file, or start corral up"
+            f" with --accelerator {sorted(named)[0]} if that is what these devices are"
+        )
+    unknown = sorted(named - set(pool))
+    if unknown:
+        log.warning(
+            "%s names accelerators this pool does not have (%s; it has %s): they get nothing",
+            source,
+            ", ".join(unknown),
+            ", ".join(pool),
+        )
+
+
 class QuotaSource:
     """Keeps the last good quota; `poll()` reloads the file when its mtime or size changes.
 
@@ -31,6 +53,7 @@ class QuotaSource:
 
     def __init__(self, path: Path | None, accelerators: list[str]):
         self.path = path
+        self.accelerators = accelerators
         self._seen: tuple[int, int] | None = None
         if path is None:
             self.quota = everything_to_default(accelerators)
@@ -48,7 +71,9 @@ class QuotaSource:
     def _load(self) -> Quota:
         from corral.formats.quota import load_quota
 
-        return load_quota(self.path)
+        quota = load_quota(self.path)
+        check_accelerators(quota, self.accelerators, str(self.path))
+        return quota
 
     def poll(self) -> Quota | None:
         """The new quota if the file changed and parses; None otherwise."""
