@@ -11,13 +11,17 @@ import json
 import logging
 import time
 from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
 
 from corral.formats.jobspec import MAX_RESTARTS, parse_jobspec
 from corral.formats.types import FormatError
@@ -31,7 +35,7 @@ from corral.server.web import PAGE
 
 log = logging.getLogger("corral.server")
 
-JOB_STATES = ("pending", "running", "succeeded", "failed", "cancelled")
+JobState = Literal["pending", "running", "succeeded", "failed", "cancelled"]
 _PLACEHOLDER_NAME = "unnamed"  # lets a spec without a name parse; the job id replaces it
 
 # Runs on any pool: the project and accelerator default to the user's and the pool's own.
@@ -366,6 +370,13 @@ def create_app(cp: ControlPlane) -> FastAPI:
     def _invalid(_: Request, err: RequestValidationError) -> JSONResponse:
         return JSONResponse({"detail": _one_line(err)}, status_code=422)
 
+    @app.exception_handler(StarletteHTTPException)
+    def _http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
+        headers = dict(err.headers or {})
+        if err.status_code == 405:
+            headers["Allow"] = ", ".join(_allowed_methods(app, request.scope))
+        return JSONResponse({"detail": err.detail}, status_code=err.status_code, headers=headers)
+
     # Handlers that only take the control plane's lock briefly are async: they run on the
     # event loop, skipping a thread-pool hop per request. Handlers that read many rows or
     # files stay sync (FastAPI runs them in its thread pool) so they never stall the loop.
@@ -410,7 +421,7 @@ def create_app(cp: ControlPlane) -> FastAPI:
     @app.get("/v1/jobs", tags=["jobs"], responses=_ERRORS)
     def list_jobs(
         user: User,
-        state: Annotated[list[str] | None, Query(description="filter; repeatable")] = None,
+        state: Annotated[list[JobState] | None, Query(description="filter; repeatable")] = None,
         all: Annotated[bool, Query(description="every user's jobs (admins)")] = False,  # noqa: A002
         limit: Annotated[int, Query(ge=1, le=100_000)] = 1000,
         project: Annotated[list[str] | None, Query(description="filter; repeatable")] = None,
@@ -421,9 +432,6 @@ def create_app(cp: ControlPlane) -> FastAPI:
             float | None, Query(ge=0, le=1e11, description="submitted at or after (Unix time)")
         ] = None,
     ) -> list[dict[str, Any]]:
-        for s in state or ():
-            if s not in JOB_STATES:
-                raise Refused(422, f"state: {s!r} is not one of {', '.join(JOB_STATES)}")
         return views.jobs(user, state, all, limit, user=owner, projects=project, since=since)
 
     @app.get("/v1/jobs/{job}", tags=["jobs"], responses=_ERRORS)
@@ -582,4 +590,43 @@ def create_app(cp: ControlPlane) -> FastAPI:
     app.router.add_event_handler("shutdown", history.stop)
     app.include_router(web_routes(cp, history))
     mount_swagger(app)
+    app.openapi = lambda: _openapi_as_served(app)  # type: ignore[method-assign]
     return app
+
+
+def _openapi_as_served(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's document, corrected to what the server answers: every error body is
+    {"detail": "<one line>"} (FastAPI documents its own 422 list), and every operation that
+    takes a token says it may answer 401."""
+    if app.openapi_schema is None:
+        schema = get_openapi(
+            title=app.title,
+            version=app.version,
+            description=app.description,
+            routes=app.routes,
+        )
+        refusal = {"application/json": {"schema": {"$ref": "#/components/schemas/Refusal"}}}
+        for item in schema["paths"].values():
+            for op in item.values():
+                responses = op.setdefault("responses", {})
+                if op.get("security"):
+                    responses.setdefault("401", {"description": "no token, or not a valid one"})
+                for code, response in responses.items():
+                    if code.startswith("4"):
+                        response["content"] = refusal
+        schemas = schema.setdefault("components", {}).setdefault("schemas", {})
+        for unused in ("HTTPValidationError", "ValidationError"):
+            schemas.pop(unused, None)
+        app.openapi_schema = schema
+    return app.openapi_schema
+
+
+def _allowed_methods(app: FastAPI, scope: dict[str, Any]) -> list[str]:
+    """Every method some route serves at this path (Starlette's 405 names only one route's)."""
+    methods: set[str] = set()
+    for route in app.routes:
+        if isinstance(route, APIRoute | Route) and route.path_regex.match(scope["path"]):
+            methods |= route.methods or set()
+    if "GET" in methods:
+        methods.add("HEAD")
+    return sorted(methods)
