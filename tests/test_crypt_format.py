@@ -148,6 +148,11 @@ def test_plaintext_objects_still_read(efs, tmp_path):
     assert efs.info(str(tmp_path / "old.txt"))["size"] == 25
     with efs.open(str(tmp_path / "old.txt")) as f:
         assert f.read() == b"written before encryption"
+    strict = EncryptedFileSystem(fs=efs.fs, codec=efs.codec, refuse_plaintext=True)
+    with pytest.raises(IntegrityError, match="not encrypted"):
+        strict.cat_file(str(tmp_path / "old.txt"))
+    with pytest.raises(IntegrityError, match="not encrypted"):
+        strict.cat_file(str(tmp_path / "old.txt"), 0, 5)
 
 
 def test_failed_write_leaves_no_object(efs, tmp_path):

@@ -157,6 +157,9 @@ def crypt_proxy(
             help="--no-encryption passes bytes through (a baseline to measure against)",
         ),
     ] = True,
+    refuse_plaintext: Annotated[
+        bool, typer.Option(help="refuse objects without the format's marker (not migrating)")
+    ] = False,
 ) -> None:
     """An S3 and GCS JSON API gateway that encrypts on the way in and decrypts on the way out.
 
@@ -178,7 +181,7 @@ def crypt_proxy(
         fail(str(err))
     what = f"encrypting with {codec.provider.source}" if codec else "NOT encrypting"
     typer.echo(f"corral crypt-proxy: http://{listen} -> {backend}, {what}", err=True)
-    app_ = make_app(Gateway(store, codec, domain))
+    app_ = make_app(Gateway(store, codec, domain, refuse_plaintext))
     uvicorn.run(
         app_,
         host=host,

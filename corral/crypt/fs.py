@@ -23,6 +23,7 @@ from corral.crypt.codec import Codec
 from corral.crypt.format import (
     HEADER_SIZE,
     Header,
+    IntegrityError,
     Layout,
     ObjectCipher,
     SegmentWriter,
@@ -46,12 +47,16 @@ class EncryptedFileSystem(ChainedFileSystem):
         keyring: str | None = None,
         bucket_keys: dict[str, str] | None = None,
         codec: Codec | None = None,
+        refuse_plaintext: bool = False,
         fo: str | None = None,  # the chained path fsspec passes along; paths come with calls
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.fs = fs or fsspec.filesystem(target_protocol or "file", **(target_options or {}))
         self.codec = codec or Codec.from_keyring(keyring, bucket_keys)
+        # Plaintext objects are read as they are (a bucket being migrated) unless refused:
+        # whoever can write the bucket can otherwise plant one.
+        self.refuse_plaintext = refuse_plaintext
         # path -> (ciphertext size, version tag, header or None): saves a probe per open/ls.
         self._headers: dict[str, tuple[int, Any, Header | None]] = {}
 
@@ -126,9 +131,17 @@ class EncryptedFileSystem(ChainedFileSystem):
         path = self._target(path)
         size, header = self._header_of(path)
         if header is None:
-            return None, size
+            return self._plaintext(path, None), size
         cipher = self.codec.open_cipher(header, path)
         return cipher, cipher.layout.plain_size(size, path)
+
+    def _plaintext(self, path: str, value):
+        """`value`, the stand-in for a plaintext object, unless plaintext is refused."""
+        if self.refuse_plaintext:
+            raise IntegrityError(
+                f"{path}: not encrypted (no format marker), and plaintext objects are refused"
+            )
+        return value
 
     def cat_file(self, path, start=None, end=None, **kwargs):
         path = self._target(path)
@@ -136,7 +149,7 @@ class EncryptedFileSystem(ChainedFileSystem):
             blob = self.fs.cat_file(path, **kwargs)
             header = parse_header(blob, path)
             if header is None:
-                return blob
+                return self._plaintext(path, blob)
             return bytes(open_whole(self.codec.open_cipher(header, path), blob))
         cipher, size = self.reader(path)
         if cipher is None:

@@ -161,10 +161,20 @@ class Upload:
 
 
 class Gateway:
-    def __init__(self, backend: fsspec.AbstractFileSystem, codec: Codec | None, domain: str):
+    def __init__(
+        self,
+        backend: fsspec.AbstractFileSystem,
+        codec: Codec | None,
+        domain: str = "localhost",
+        refuse_plaintext: bool = False,
+    ):
         self.raw = backend
         # Without a codec the gateway passes bytes through: the baseline for a benchmark.
-        self.fs = EncryptedFileSystem(fs=backend, codec=codec) if codec else backend
+        self.fs = (
+            EncryptedFileSystem(fs=backend, codec=codec, refuse_plaintext=refuse_plaintext)
+            if codec
+            else backend
+        )
         self.domain = domain
         self.uploads: dict[str, Upload] = {}
 
