@@ -336,7 +336,8 @@ def read_range(
     batch: int = BATCH_SEGMENTS,
 ) -> Iterator[bytes]:
     """Plaintext [start, end) in pieces, decrypting only the segments it covers; `fetch(a, b)`
-    reads ciphertext bytes [a, b). Memory is one batch of segments."""
+    reads ciphertext bytes [a, b). Memory is one batch of segments. (Each piece is a copy: a
+    transport may hold on to what it was given after the send returns.)"""
     layout = cipher.layout
     end = min(end, plain_size)
     total = layout.segments(plain_size)
@@ -346,18 +347,25 @@ def read_range(
             cipher.open_batch(memoryview(fetch(a, b)), memoryview(bytearray(0)), 0, 1)
         return
     first, last = start // layout.segment_size, (end - 1) // layout.segment_size
-    out = bytearray(layout.segment_size * min(batch, last - first + 1))
-    for lo in range(first, last + 1, batch):
-        hi = min(lo + batch - 1, last)
-        a, b = layout.cipher_span(lo, hi, plain_size)
-        data = fetch(a, b)
-        if len(data) != b - a:
-            raise IntegrityError(
-                f"{cipher.identity}: truncated (segments {lo}-{hi} end at byte {a + len(data)},"
-                f" expected {b})"
-            )
-        n = cipher.open_batch(memoryview(data), memoryview(out), lo, total)
-        base = lo * layout.segment_size
-        skip = max(0, start - base)
-        stop = min(n, end - base)
-        yield bytes(memoryview(out)[skip:stop])
+    pooled = batch == BATCH_SEGMENTS
+    if pooled:
+        buffers = _BUFFERS.take(layout.segment_size)
+        out = buffers[0]
+    else:
+        out = bytearray(layout.segment_size * min(batch, last - first + 1))
+    try:
+        for lo in range(first, last + 1, batch):
+            hi = min(lo + batch - 1, last)
+            a, b = layout.cipher_span(lo, hi, plain_size)
+            data = fetch(a, b)
+            if len(data) != b - a:
+                raise IntegrityError(
+                    f"{cipher.identity}: truncated (segments {lo}-{hi} end at byte"
+                    f" {a + len(data)}, expected {b})"
+                )
+            n = cipher.open_batch(memoryview(data), memoryview(out), lo, total)
+            base = lo * layout.segment_size
+            yield bytes(memoryview(out)[max(0, start - base) : min(n, end - base)])
+    finally:
+        if pooled:
+            _BUFFERS.give(*buffers)

@@ -34,6 +34,7 @@ from corral.crypt.format import (
 )
 
 COPY_CHUNK = 8 << 20
+HEADER_CACHE = 100_000  # headers remembered (about 0.5 KiB each)
 
 
 class EncryptedFileSystem(ChainedFileSystem):
@@ -82,8 +83,13 @@ class EncryptedFileSystem(ChainedFileSystem):
         header = (
             parse_header(self.fs.cat_file(path, start=0, end=HEADER_SIZE), path) if size else None
         )
-        self._headers[path] = (size, version, header)
+        self._keep_header(path, (size, version, header))
         return size, header
+
+    def _keep_header(self, path: str, entry: tuple[int, Any, Header | None]) -> None:
+        if len(self._headers) >= HEADER_CACHE:  # a long-lived gateway sees many objects
+            self._headers.pop(next(iter(self._headers)))
+        self._headers[path] = entry
 
     def _plain_info(self, info: dict) -> dict:
         if info.get("type") != "file":
@@ -99,7 +105,7 @@ class EncryptedFileSystem(ChainedFileSystem):
     def remember(self, path: str, info: dict, header: Header) -> dict:
         """Record the header of an object just written (its backend `info`), so the next
         read needs no probe; returns the plaintext info."""
-        self._headers[path] = (info["size"], _version_tag(info), header)
+        self._keep_header(path, (info["size"], _version_tag(info), header))
         return self._plain_info(dict(info))
 
     # --- reading ------------------------------------------------------------------------------
