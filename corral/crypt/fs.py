@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
+import tempfile
 from typing import Any
 
 import fsspec
@@ -301,17 +303,31 @@ class EncryptedReadFile(AbstractBufferedFile):
         )
 
 
+def _umask() -> int:
+    """The process's umask, read without setting it (os.umask would race other threads)."""
+    with contextlib.suppress(OSError, StopIteration, ValueError):
+        with open("/proc/self/status") as status:
+            line = next(line for line in status if line.startswith("Umask:"))
+        return int(line.split()[1], 8)
+    return 0o022
+
+
 class AtomicWriter:
     """A writer on any fsspec filesystem whose object appears whole on close() and not at all
-    after discard(): a local file is written aside and renamed into place, an object store
-    only creates the object when the upload completes (and discard aborts it)."""
+    after discard(): a local file is written beside its final name and renamed into place (on
+    the same filesystem, so never copied), an object store only creates the object when the
+    upload completes (and discard aborts it)."""
 
     def __init__(self, fs: fsspec.AbstractFileSystem, path: str, **kwargs: Any) -> None:
         self._local = _is_local(fs)
         if self._local:
-            fs.makedirs(fs._parent(path), exist_ok=True)
-            kwargs["autocommit"] = False
-        self._file = fs.open(path, "wb", **kwargs)
+            self._path = fs._join(path) if hasattr(fs, "_join") else fs._strip_protocol(path)
+            folder, name = os.path.split(self._path)
+            os.makedirs(folder, exist_ok=True)
+            fd, self._temp = tempfile.mkstemp(dir=folder, prefix=f".{name}.")
+            self._file = os.fdopen(fd, "wb")
+        else:
+            self._file = fs.open(path, "wb", **kwargs)
 
     def write(self, data) -> int:
         return self._file.write(data)
@@ -319,13 +335,14 @@ class AtomicWriter:
     def close(self) -> None:
         self._file.close()
         if self._local:
-            self._file.commit()
+            os.chmod(self._temp, 0o666 & ~_umask())  # as a plain write would leave it
+            os.replace(self._temp, self._path)
 
     def discard(self) -> None:
         with contextlib.suppress(Exception):
             if self._local:
                 self._file.close()
-                self._file.discard()
+                os.unlink(self._temp)
             elif isinstance(self._file, AbstractBufferedFile):
                 self._file.discard()
                 self._file.closed = True  # so that garbage collection uploads nothing
