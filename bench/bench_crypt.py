@@ -1,6 +1,6 @@
 """Encrypted checkpoints against plain I/O, in the acceptance test's shape at this machine's scale.
 
-    python bench/bench_crypt.py [--objects 288] [--object-mib 10] [--reps 3] [--threads 8]
+    python bench/bench_crypt.py [--objects 288] [--object-mib 8] [--reps 3] [--threads 8]
                                 [--paths s3,gateway,file] [--json]
 
 A checkpoint step is --objects objects of --object-mib MiB (288 objects as in the acceptance
@@ -94,7 +94,7 @@ def s3fs(endpoint: str):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--objects", type=int, default=288)
-    parser.add_argument("--object-mib", type=int, default=10)
+    parser.add_argument("--object-mib", type=int, default=8)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--paths", default="s3,gateway,file")
