@@ -39,15 +39,16 @@ def _encrypted_fs(url: str, keyring: Path | None):
     and the path within it."""
     import fsspec
 
+    from corral.crypt.format import CryptError
     from corral.crypt.fs import EncryptedFileSystem
 
     url = url.removeprefix("encrypted::")
     protocol, path = fsspec.core.split_protocol(url)
     try:
         target = fsspec.filesystem(protocol or "file")
-    except (ImportError, ValueError) as err:
+        fs = EncryptedFileSystem(fs=target, keyring=str(keyring) if keyring else None)
+    except (ImportError, ValueError, CryptError) as err:
         fail(f"{url}: {err}")
-    fs = EncryptedFileSystem(fs=target, keyring=str(keyring) if keyring else None)
     return fs, target._strip_protocol(url)
 
 

@@ -246,12 +246,15 @@ class Gateway:
             return self.fs.open(path, "wb")
         return AtomicWriter(self.fs, path)
 
-    def copy(self, source: str, target: str) -> None:
+    def concatenate(self, sources: list[str], target: str) -> None:
+        """Write the sources' plaintext, one after another, as the object `target` (a copy
+        re-encrypts: the new object has its own identity and data key)."""
         writer = self.open_writer(target)
         try:
-            with self.fs.open(source, "rb") as src:
-                while chunk := src.read(PIECE):
-                    writer.write(chunk)
+            for source in sources:
+                with self.fs.open(source, "rb") as src:
+                    while chunk := src.read(PIECE):
+                        writer.write(chunk)
             writer.close()
         except BaseException:
             writer.discard()
@@ -479,7 +482,7 @@ class Gateway:
         source = urllib.parse.unquote(request.headers["x-amz-copy-source"]).lstrip("/")
         source = source.split("?versionId=")[0]
         await self.info(source)
-        await _run(self.copy, source, path)
+        await _run(self.concatenate, [source], path)
         info = await self.info(path)
         stamp = _modified(info).strftime("%Y-%m-%dT%H:%M:%S.000Z")
         return _xml(
@@ -513,20 +516,7 @@ class Gateway:
         for part in parts:
             if not await _run(self.raw.exists, part):
                 raise S3Error(400, "InvalidPart", f"part {part.rsplit('/', 1)[1]} was not uploaded")
-
-        def assemble() -> None:
-            writer = self.open_writer(f"{bucket}/{key}")
-            try:
-                for part in parts:
-                    with self.fs.open(part, "rb") as src:
-                        while chunk := src.read(PIECE):
-                            writer.write(chunk)
-                writer.close()
-            except BaseException:
-                writer.discard()
-                raise
-
-        await _run(assemble)
+        await _run(self.concatenate, parts, f"{bucket}/{key}")
         await self.abort(bucket, upload_id)
         info = await self.info(f"{bucket}/{key}")
         return _xml(
