@@ -218,17 +218,14 @@ class Gateway:
         """Store the body at `path` as it arrives; the object appears only once it is whole.
         Returns the new object's info."""
         writer = await _run(self.open_writer, path)
-        received = 0
         try:
             pending = bytearray()
             async for chunk in body:
                 pending += chunk
                 if len(pending) >= FEED:
                     await _run(writer.write, pending)
-                    received += len(pending)
                     pending.clear()
             await _run(writer.write, pending)
-            received += len(pending)
             await _run(writer.close)
         except BaseException:
             await _run(writer.discard)

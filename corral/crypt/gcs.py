@@ -26,6 +26,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from corral.crypt.gateway import Gateway, S3Error, Upload, _etag, _modified, _run, parse_range
 
 MULTIPART_LIMIT = 64 << 20  # a one-request upload is held whole to split it: keep it bounded
+OPEN_UPLOADS = 64  # resumable uploads in progress; beyond, the oldest is dropped
 
 
 class GcsApi:
@@ -142,6 +143,9 @@ class GcsApi:
                 raise S3Error(400, "required", "a resumable upload needs an object name")
             upload_id = secrets.token_hex(16)
             path = f"{bucket}/{name}"
+            if len(self.gw.uploads) >= OPEN_UPLOADS:  # abandoned sessions hold buffers
+                oldest = self.gw.uploads.pop(next(iter(self.gw.uploads)))
+                await _run(oldest.writer.discard)
             self.gw.uploads[upload_id] = Upload(path, await _run(self.gw.open_writer, path))
             location = f"{request.url.scheme}://{request.headers['host']}{request.url.path}"
             location += f"?uploadType=resumable&upload_id={upload_id}"
