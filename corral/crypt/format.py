@@ -155,8 +155,8 @@ _pool: ThreadPoolExecutor | None = None
 
 
 def _parallel(fn: Callable[[int], None], count: int) -> None:
-    """Run fn(0..count-1), on a shared pool when there is more than one: AES-GCM releases the
-    GIL, so segments encrypt on every core."""
+    """Run fn(0..count-1), on a shared pool of one thread per core when there is more than
+    one segment (how much the cores add depends on how long the binding holds the GIL)."""
     global _pool
     if count == 1 or (os.cpu_count() or 1) == 1:
         for i in range(count):
