@@ -53,7 +53,7 @@ def test_skipped_arrival_cycles_change_no_event(policy: str):
     skipped = 0
     for seed in range(12):
         scenario = load({**workload(seed), "scheduler": {"policy": policy}})
-        every = simulate(scenario, skip_idle_cycles=False)
+        every = simulate(scenario, shortcuts=False)
         fewer = simulate(scenario)
         assert fewer.events == every.events, f"seed {seed}"
         skipped += every.cycles - fewer.cycles
@@ -83,7 +83,7 @@ def test_idle_cycles_skipped_change_no_event(kind):
     idle = preempted = 0
     for seed in range(12):
         scenario = load(workload(seed))
-        every = simulate(scenario, kind(), skip_idle_cycles=False)
+        every = simulate(scenario, kind(), shortcuts=False)
         policy = counting(kind)()
         fewer = simulate(scenario, policy)
         assert fewer.events == every.events, f"seed {seed}"

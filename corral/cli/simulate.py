@@ -97,6 +97,13 @@ def simulate(
     max_sim_time: Annotated[
         str | None, typer.Option("--max-sim-time", help="Stop the virtual clock here (e.g. 30d).")
     ] = None,
+    no_shortcuts: Annotated[
+        bool,
+        typer.Option(
+            "--no-shortcuts",
+            help="Run a cycle at every event, as a live server would (same events, slower).",
+        ),
+    ] = False,
     first: Annotated[int | None, typer.Option("--first", help="Keep the N earliest jobs.")] = None,
     window: Annotated[
         str | None,
@@ -149,6 +156,7 @@ def simulate(
             window=None if window is None else parse_window(window),
         )
         options = _sim_options(round_s, restart_penalty, slowdown, max_sim_time)
+        options.shortcuts = not no_shortcuts
         workload = sim_run.build_workload(spec)
         configs = sim_run.policy_configs(workload.quota.scheduler, _names(policy), placement)
         outputs = sim_run.Outputs(events=events, summary=summary, out=out)

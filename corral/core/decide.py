@@ -96,19 +96,25 @@ def _fit(cycle: Cycle, job: Job) -> tuple[int, ...] | None:
 
 def _arrival_may_act(cycle: Cycle, policy: Policy, reserver: _Reserver, job: Job) -> bool:
     """Might a new job change the next cycle: fit in what this cycle left free, preempt, or
-    take the reservation over (which frees what was held for its holder)?"""
-    if not _settled(cycle, policy):
+    take the reservation over (which frees what was held for its holder)? Each shortcut the
+    policy may not use (`Policy.shortcuts`) takes its safe answer."""
+    shortcuts = policy.shortcuts
+    if not (shortcuts.settled and _settled(cycle, policy)):
         return True
     holder = cycle.reserver
-    if holder is not None and policy.may_precede(cycle, job, holder):
+    if holder is not None and (not shortcuts.may_precede or policy.may_precede(cycle, job, holder)):
         # Considered before the reservation is planned: held capacity counts as free for it.
         return (
             policy.may_reserve(cycle, job)
             or cycle.may_fit(job, long=False)
-            or policy.may_preempt_for(cycle, job)
+            or _may_preempt_for(cycle, policy, job)
         )
     reserver.before_admitting(cycle)  # the reservation the next cycle would hold
-    return cycle.may_fit(job, outlasts(cycle, job)) or policy.may_preempt_for(cycle, job)
+    return cycle.may_fit(job, outlasts(cycle, job)) or _may_preempt_for(cycle, policy, job)
+
+
+def _may_preempt_for(cycle: Cycle, policy: Policy, job: Job) -> bool:
+    return not policy.shortcuts.may_preempt_for or policy.may_preempt_for(cycle, job)
 
 
 def _settled(cycle: Cycle, policy: Policy) -> bool:

@@ -1,9 +1,12 @@
 """The interface every scheduling policy implements, and the defaults most of them share.
 
-A policy decides three things: the order pending jobs are considered in, which running jobs a
-blocked job may preempt, and whether a blocked job holds a reservation. Placement, backfill,
-reasons and the cycle itself are common (see decide.py). Subclass `Policy` in one file to try
-an idea: `corral simulate --policy mymodule:MyPolicy`.
+A policy decides four things (its decision methods): the order pending jobs are considered in
+(`queue_key` or `order`), which running jobs a blocked job may preempt (`victims`), whether a
+blocked job holds a reservation (`may_reserve`) and when the decision may change with no event
+(`wake_at`). Placement, backfill, reasons and the cycle itself are common (see decide.py).
+The shortcuts below them only let a driver skip cycles, and are safe by construction: see
+`Shortcuts`. Subclass `Policy` in one file to try an idea (docs/policies.md):
+`corral simulate --policy mymodule:MyPolicy`.
 """
 
 from __future__ import annotations
@@ -23,20 +26,48 @@ from corral.formats.types import Node, Quota, SchedulerConfig
 @mypyc_attr(allow_interpreted_subclasses=True)
 class Policy:
     name: ClassVar[str] = "base"
-    # The simulator and server only need victims from preemptive policies.
+    # Whether the policy may preempt; also true of any that overrides `victims`.
     preemptive: ClassVar[bool] = False
 
     def __init__(self, config: SchedulerConfig | None = None):
         self.config = config or SchedulerConfig()
         self.spread = self.config.placement == "spread"
         self.min_runtime = self.config.preempt_min_runtime
+        self.preempts = self.preemptive or not self.is_default("victims")
+        self.shortcuts = Shortcuts(type(self))
 
     def option(self, key: str, default):
         return self.config.options.get(key, default)
 
+    # --- Decision methods: what a policy decides --------------------------------------------
+
     def queue_key(self, job: Job) -> tuple:
         """Static sort key of a pending job; the snapshot keeps its queues sorted by it."""
         return default_queue_key(job)
+
+    def order(self, cycle: Cycle) -> Iterator[Job]:
+        """Pending jobs in the order they may be admitted. May stop early when nothing else
+        could be admitted: the jobs not yielded get a derived reason."""
+        yield from cycle.snap.pending.all
+
+    def victims(self, cycle: Cycle, job: Job) -> Preemption | None:
+        """Running jobs to preempt so that `job` fits, with the reason; None: no preemption."""
+        return None
+
+    def may_reserve(self, cycle: Cycle, job: Job) -> bool:
+        """May this blocked job hold a reservation (only the first such job gets one)?"""
+        return False
+
+    def wake_at(self, cycle: Cycle) -> float | None:
+        """A time at which the decision may change even if nothing happens: here, when a job
+        running after this cycle becomes old enough (preempt_min_runtime) to be a victim."""
+        snap = cycle.snap
+        if not self.preempts or self.min_runtime <= 0 or not len(snap.pending):
+            return None
+        ages = (r.started_at + self.min_runtime for r in cycle.running_after() if r.job.preemptible)
+        return min((t for t in ages if t > snap.now), default=None)
+
+    # --- What the snapshot keeps for the policy -------------------------------------------------
 
     def snapshot(self, nodes: Sequence[Node], quota: Quota) -> Snapshot:
         """An empty snapshot whose indexes follow this policy's keys."""
@@ -59,62 +90,79 @@ class Policy:
         (`Snapshot.running_by`); a key may be None for jobs it leaves out. See Las, Srtf."""
         return {}
 
-    def order(self, cycle: Cycle) -> Iterator[Job]:
-        """Pending jobs in the order they may be admitted. May stop early when nothing else
-        could be admitted: the jobs not yielded get a derived reason."""
-        yield from cycle.snap.pending.all
-
-    def victims(self, cycle: Cycle, job: Job) -> Preemption | None:
-        """Running jobs to preempt so that `job` fits, with the reason; None: no preemption."""
-        return None
-
-    def may_preempt_for(self, cycle: Cycle, job: Job) -> bool:
-        """After `cycle`, might a job that just arrived preempt something? A cheap necessary
-        condition: False lets a driver skip the cycle for an arrival that cannot fit either.
-        Policies that preempt must override it."""
-        return self.preemptive
-
-    def settled(self, cycle: Cycle) -> bool:
-        """Once this cycle's decision is applied, would another cycle with no job new decide
-        nothing? A driver skips the cycle of an arrival that cannot act only then. Surely
-        when this one started nothing (it changed nothing); otherwise the jobs it started may
-        be victims, or change the order or the reservation the next cycle plans."""
-        return not cycle.started
-
-    def may_precede(self, cycle: Cycle, job: Job, other: Job) -> bool:
-        """Might `job` come before `other` (both pending) in the order of a cycle like this
-        one? True unless the policy is sure: a driver then runs a cycle for an arrival that
-        could take the reservation `other` holds."""
-        return True
-
-    def may_reserve(self, cycle: Cycle, job: Job) -> bool:
-        """May this blocked job hold a reservation (only the first such job gets one)?"""
-        return False
-
-    def idle(self, snap: Snapshot) -> bool:
-        """Would a cycle on this state surely decide nothing: start no job, preempt none and
-        ask for no wake-up? A cheap sufficient condition (False: cannot tell); a driver may
-        skip such a cycle. A policy that never preempts knows it when no pending job fits.
-        A subclass that may start or preempt where its parent would not must override it
-        (returning False is always safe)."""
-        return not self.preemptive and self.is_default("wake_at") and nothing_fits(snap)
-
     def queue_key_is_default(self) -> bool:
         """Does the queue keep `default_queue_key` order? (A subclass may say no.)"""
         return self.is_default("queue_key")
 
     def is_default(self, method: str) -> bool:
         """Is `method` this class's own, not overridden by a subclass?"""
-        return getattr(type(self), method) is getattr(Policy, method)
+        return self.runs_own(Policy, method)
 
-    def wake_at(self, cycle: Cycle) -> float | None:
-        """A time at which the decision may change even if nothing happens: here, when a job
-        running after this cycle becomes old enough (preempt_min_runtime) to be a victim."""
-        snap = cycle.snap
-        if not self.preemptive or self.min_runtime <= 0 or not len(snap.pending):
-            return None
-        ages = (r.started_at + self.min_runtime for r in cycle.running_after() if r.job.preemptible)
-        return min((t for t in ages if t > snap.now), default=None)
+    def runs_own(self, kind: type, method: str) -> bool:
+        """Does this policy run `kind`'s own `method` (no subclass below `kind` overrides it)?
+        A walk that skips jobs by what `kind`'s victim search would do asks it first."""
+        return _owner(type(self), method) is kind
+
+    # --- The shortcut layer -------------------------------------------------------------------
+    # Optional answers that let a driver skip a cycle whose outcome it knows. Each may rely
+    # only on the decision methods its class names in `ASSUMES`: where a subclass overrides one
+    # of those (and not the shortcut), the driver uses the safe answer instead (`Shortcuts`).
+
+    ASSUMES: ClassVar[dict[str, tuple[str, ...]]] = {
+        "idle": ("victims", "wake_at"),
+        "settled": (),
+        "may_precede": (),
+        "may_preempt_for": ("victims",),
+    }
+
+    def idle(self, snap: Snapshot) -> bool:
+        """Would a cycle on this state surely decide nothing: start no job, preempt none and
+        ask for no wake-up? A cheap sufficient condition (safe answer: False). A policy that
+        never preempts knows it when no pending job fits (whatever its order)."""
+        return not self.preempts and nothing_fits(snap)
+
+    def settled(self, cycle: Cycle) -> bool:
+        """Once this cycle's decision is applied, would another cycle with no job new decide
+        nothing? A driver skips the cycle of an arrival that cannot act only then (safe
+        answer: False). Surely when this one started nothing (it changed nothing); otherwise
+        the jobs it started may be victims, or change the order or the reservation the next
+        cycle plans."""
+        return not cycle.started
+
+    def may_precede(self, cycle: Cycle, job: Job, other: Job) -> bool:
+        """Might `job` come before `other` (both pending) in the order of a cycle like this
+        one? (Safe answer: True.) A driver then runs a cycle for an arrival that could take the
+        reservation `other` holds."""
+        return True
+
+    def may_preempt_for(self, cycle: Cycle, job: Job) -> bool:
+        """After `cycle`, might a job that just arrived preempt something? A cheap necessary
+        condition (safe answer: True): False lets a driver skip the cycle for an arrival that
+        cannot fit either."""
+        return self.preempts
+
+
+class Shortcuts:
+    """Which of a policy class's shortcuts a driver may use: a shortcut is trusted unless a
+    decision method it assumes (`Policy.ASSUMES` of the class that defines it) is overridden
+    below that class. Else the driver takes its safe answer: it runs the cycle."""
+
+    def __init__(self, kind: type[Policy]) -> None:
+        self.idle = _trusted(kind, "idle")
+        self.settled = _trusted(kind, "settled")
+        self.may_precede = _trusted(kind, "may_precede")
+        self.may_preempt_for = _trusted(kind, "may_preempt_for")
+
+
+def _trusted(kind: type[Policy], shortcut: str) -> bool:
+    owner = _owner(kind, shortcut)
+    assumes: dict[str, tuple[str, ...]] = getattr(owner, "ASSUMES")  # noqa: B009 (a Policy)
+    return all(issubclass(owner, _owner(kind, m)) for m in assumes[shortcut])
+
+
+def _owner(kind: type, method: str) -> type:
+    """The class in `kind`'s hierarchy whose own `method` it runs."""
+    return next(c for c in kind.__mro__ if method in vars(c))
 
 
 def nothing_fits(snap: Snapshot) -> bool:

@@ -43,10 +43,17 @@ PASS, STOP, ACT = 0, 1, 2  # what the walk does with a job (_Answers.verdict)
 class Fair(Policy):
     name: ClassVar[str] = "fair"
     preemptive: ClassVar[bool] = True
+    ASSUMES: ClassVar[dict[str, tuple[str, ...]]] = {
+        **Policy.ASSUMES,
+        "idle": ("queue_key", "order", "victims", "wake_at"),
+        "may_preempt_for": ("order", "victims"),
+    }
 
     def __init__(self, config: SchedulerConfig | None = None):
         super().__init__(config)
-        # Whether a walk may jump over a user's jobs (see _queue_of): asked once, not per queue.
+        # Whether the walk may ask may_reserve once per project and size (a subclass's own is
+        # asked per job), and jump over a user's jobs (see _queue_of): asked once, not per queue.
+        self.own_reserve = self.runs_own(Fair, "may_reserve")
         self.jumps = self.queue_key_is_default()
 
     def order(self, cycle: Cycle) -> Iterator[Job]:
@@ -692,6 +699,8 @@ class _Answers:
         return found
 
     def may_reserve(self, job: Job) -> bool:
+        if not self.fair.own_reserve:
+            return self.fair.may_reserve(self.cycle, job)
         which = (job.project, job.accelerator, job.demand)
         found = self.reserve.get(which)
         if found is None:

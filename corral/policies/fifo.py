@@ -21,6 +21,11 @@ from corral.core.reserve import plan_reservation
 @mypyc_attr(allow_interpreted_subclasses=True)
 class Fifo(Policy):
     name: ClassVar[str] = "fifo"
+    ASSUMES: ClassVar[dict[str, tuple[str, ...]]] = {
+        **Policy.ASSUMES,
+        "settled": ("queue_key", "order", "victims", "may_reserve"),
+        "may_precede": ("queue_key", "order"),
+    }
 
     def queue_key(self, job: Job) -> tuple:
         return (job.submit_time, job.name, job.id)

@@ -23,6 +23,7 @@ from corral.core.model import Job, Running
 from corral.core.policy import Policy
 from corral.core.preempt import Preemption, could_free_room, eligible, find_victims
 from corral.core.snapshot import RunningKey, shape_of
+from corral.formats.types import SchedulerConfig
 
 INF = float("inf")
 Shape = tuple[str, int, int]
@@ -78,6 +79,10 @@ class RankPolicy(Policy):
         """The preemptible running jobs of a type that `keep` accepts and whose rank now is
         strictly worse than `rank`, in any order (that `worst_first` expects)."""
 
+    def __init__(self, config: SchedulerConfig | None = None):
+        super().__init__(config)
+        self.skips = self.runs_own(RankPolicy, "victims")  # see order
+
     def running_keys(self) -> dict[str, RunningKey]:
         # Preemptible jobs by start: the next one to reach preempt_min_runtime (read only when
         # there is one: with none, every index kept costs each start and stop a sorted insert).
@@ -97,8 +102,10 @@ class RankPolicy(Policy):
         # Ranks never get better along the order, capacity only shrinks and failed victim
         # searches stay failed: a shape that neither fits nor could preempt at some rank is
         # dead for the rest of the cycle, its queue dropped whole; the walk ends with the last.
+        # (A subclass with its own victims is walked job by job: it decides what is dead.)
         failed = cycle.scratch.setdefault(f"{self.name}.failed", {})
         hopeless: dict[Shape, tuple[int, float]] = {}
+        skips = self.skips
 
         def dead(shape: Shape, key: tuple) -> bool:
             """Would the walk drop the shape at the (not moved) job of this queue key, were no
@@ -108,9 +115,9 @@ class RankPolicy(Policy):
             worst = self._worst(cycle)
             return worst is None or key[0] >= worst  # the job's pending_rank
 
-        walk = _Walk(cycle, self.moved(cycle), None if cycle.releasing else dead)
+        walk = _Walk(cycle, self.moved(cycle), None if cycle.releasing or not skips else dead)
         for shape, job in walk:
-            if not cycle.may_fit(job, long=False):
+            if skips and not cycle.may_fit(job, long=False):
                 if cycle.releasing:
                     if self._hopeless(cycle, job, shape, failed, hopeless):
                         if not self._may_be_capped(cycle, shape):

@@ -35,9 +35,9 @@ class SimOptions:
     restart_penalty: float = 0.0  # seconds lost on each resume after a preemption
     slowdown: float = 0.0  # extra run time fraction for a gang spread over more nodes than needed
     max_sim_time: float | None = None  # stop the clock here; jobs still queued stay unfinished
-    # Skip the cycles whose outcome is known to be nothing (the events are the same either
-    # way: off, for tests that check exactly that).
-    skip_idle_cycles: bool = True
+    # Skip the cycles whose outcome the policy's shortcuts say is nothing (the events are the
+    # same either way: off, `corral simulate --no-shortcuts`, runs a cycle at every event).
+    shortcuts: bool = True
 
 
 @dataclass(slots=True)
@@ -184,7 +184,7 @@ class Simulator:
         self.snap.submit(job)
         # An arrival that changes no decision needs no cycle (see decide._arrival_may_act).
         last = self._last
-        if last is None or last.arrival_may_act is None or not self.options.skip_idle_cycles:
+        if last is None or last.arrival_may_act is None or not self.options.shortcuts:
             return True, 0
         return last.arrival_may_act(job), 0
 
@@ -197,11 +197,12 @@ class Simulator:
         return self._admission[kind]
 
     def _schedule(self, now: float) -> None:
-        if self.options.skip_idle_cycles and self.policy.idle(self.snap):
+        policy = self.policy
+        if self.options.shortcuts and policy.shortcuts.idle and policy.idle(self.snap):
             self._last = None  # (its state is older than the snapshot's now)
             return
         for _ in range(MAX_CYCLES_PER_INSTANT):
-            decision = self._last = decide(self.snap, self.policy)
+            decision = self._last = decide(self.snap, policy)
             self.cycles += 1
             for start in decision.starts:
                 self._start(start.job_id, start.nodes, now)
