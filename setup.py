@@ -11,12 +11,13 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
-from setuptools.errors import CCompilerError
+from setuptools.errors import BaseError, CCompilerError
 
 HERE = Path(__file__).resolve().parent
 # Standard flags for a shared library whose own calls need no interposition (as CPython is
@@ -44,27 +45,63 @@ COMPILED = [
 ]
 
 
-def extensions() -> list:
+def extensions() -> list[Extension]:
+    """What setup() is told to build: a stand-in that BuildWithProfile replaces by mypyc's
+    extensions, so that mypyc runs once per install, in the build, not each time pip runs
+    this file (for its requirements, its metadata and the wheel)."""
     if os.environ.get("CORRAL_PURE") == "1":
         return []
-    try:
-        from mypyc.build import mypycify
-    except ImportError:
-        print("corral: mypyc is not available, installing as plain Python", file=sys.stderr)
-        return []
-    flags = ["--ignore-missing-imports", "--follow-imports=silent"]
-    return mypycify(flags + COMPILED, opt_level="3")
+    return [Extension("corral._compiled_core", sources=[])]
+
+
+def compiler_found() -> bool:
+    """Is the C compiler Python was built with (or $CC) on this machine?"""
+    if os.name != "posix":
+        return True  # (MSVC is looked up by setuptools itself; a failure is caught below)
+    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    return shutil.which(cc.split()[0]) is not None
 
 
 class BuildWithProfile(build_ext):
     """Profile-guided build (PGO), as CPython's own: compile with instrumentation, replay
     pgo_train.py on it, compile again with GCC using the profile. CORRAL_PGO=0 skips the
     profile (half the build time, a slower core); so does any failure to collect or use it
-    (another compiler, say)."""
+    (another compiler, say). Without mypyc or a working C compiler, corral installs as plain
+    Python."""
+
+    def finalize_options(self) -> None:
+        # Only a build finalizes this command: mypyc runs here, once.
+        self.distribution.ext_modules = self._mypyc_extensions()
+        super().finalize_options()
 
     def run(self) -> None:
+        if not self.extensions:
+            return
+        self.compiler_name = self.compiler  # (build_ext.run replaces it by the compiler it made)
         self.mypyc_flags = [ext.extra_compile_args for ext in self.extensions]  # kept for each
-        if not self.extensions or os.environ.get("CORRAL_PGO") == "0":
+        try:
+            self._build()
+        except (OSError, CCompilerError, BaseError) as err:
+            print(f"corral: cannot compile the core ({err}); installing as plain Python",
+                  file=sys.stderr)  # fmt: skip
+            for ext in self.extensions:
+                Path(self.get_ext_fullpath(ext.name)).unlink(missing_ok=True)
+            self.extensions = []
+
+    def _mypyc_extensions(self) -> list[Extension]:
+        try:
+            from mypyc.build import mypycify
+        except ImportError:
+            print("corral: mypyc is not available, installing as plain Python", file=sys.stderr)
+            return []
+        if not compiler_found():
+            print("corral: no C compiler found, installing as plain Python", file=sys.stderr)
+            return []
+        flags = ["--ignore-missing-imports", "--follow-imports=silent"]
+        return mypycify(flags + COMPILED, opt_level="3")
+
+    def _build(self) -> None:
+        if os.environ.get("CORRAL_PGO") == "0":
             self._compile([], [])
             return
         profile = Path(self.build_temp).resolve() / "pgo"
@@ -74,7 +111,7 @@ class BuildWithProfile(build_ext):
             self._train(profile)
             use = [f"-fprofile-use={profile}", "-fprofile-correction", "-Wno-missing-profile"]
             self._compile(use, [])
-        except (OSError, subprocess.CalledProcessError, CCompilerError) as err:
+        except (OSError, subprocess.CalledProcessError, CCompilerError, BaseError) as err:
             print(f"corral: no profile-guided build ({err}); building without", file=sys.stderr)
             self._compile([], [])
 
@@ -83,9 +120,8 @@ class BuildWithProfile(build_ext):
             ext.extra_compile_args = [*own, *CFLAGS, *cflags]
             ext.extra_link_args = ldflags
         self.force = True  # the same sources, other flags
-        compiler = self.compiler  # (run sets it to the compiler it made from this name)
+        self.compiler = self.compiler_name  # a name for build_ext.run, even after a failure
         super().run()
-        self.compiler = compiler
 
     def _train(self, profile: Path) -> None:
         """Run pgo_train.py on the instrumented build: corral's sources with it beside them."""

@@ -18,6 +18,8 @@ import pytest
 from corral.executors.base import AttemptExit, Launch, WorkerLaunch
 from corral.executors.local import LocalExecutor
 
+pytestmark = pytest.mark.live
+
 GRACE = 0.5
 PROMPT = 5.0  # "promptly": far below the 30-300 s the workers would otherwise run
 T = TypeVar("T")

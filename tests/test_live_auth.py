@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+pytestmark = pytest.mark.live
+
 QUOTA = """
 [toml-schema]
 version = "1"

@@ -6,7 +6,10 @@ from __future__ import annotations
 import random
 import time
 
+import pytest
 from conftest import TEAM_QUOTA
+
+pytestmark = pytest.mark.live
 
 QUOTA = TEAM_QUOTA + '[scheduler]\npreempt_grace = "1s"\n'
 

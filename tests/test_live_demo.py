@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 
+import pytest
 from conftest import CLI
+
+pytestmark = pytest.mark.live
 
 
 def test_demo_fast_shows_a_reclaim_and_a_summary():

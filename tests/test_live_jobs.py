@@ -12,6 +12,8 @@ import psutil
 import pytest
 from conftest import CLI
 
+pytestmark = pytest.mark.live
+
 QUOTA = """
 [toml-schema]
 version = "1"

@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+pytestmark = pytest.mark.live
+
 QUOTA = """
 [toml-schema]
 version = "1"

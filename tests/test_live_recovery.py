@@ -23,6 +23,8 @@ from corral.server.inventory import local_inventory
 from corral.server.quotafile import QuotaSource
 from corral.server.store import Store
 
+pytestmark = pytest.mark.live
+
 ALICE = Principal("alice", admin=False)
 
 

@@ -8,7 +8,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import pytest
 from conftest import TEAM_QUOTA
+
+pytestmark = pytest.mark.live
 
 HOG = {"name": "hog", "command": "sleep 300", "resources": {"per_worker": 4}}
 

@@ -8,6 +8,8 @@ import json
 
 import pytest
 
+pytestmark = pytest.mark.live
+
 JOB = {"name": "t", "command": "true", "resources": {"per_worker": 1}}
 
 

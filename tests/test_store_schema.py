@@ -35,6 +35,7 @@ def _version(db: Path) -> int:
 
 
 @pytest.mark.live
+@pytest.mark.live
 def test_a_state_dir_from_before_versioning_opens_with_its_jobs(live_servers, tmp_path):
     server = live_servers(quota=TEAM_QUOTA, start=False)
     _old_state_dir(server.state)
