@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from corral.core.model import Job
-from corral.core.snapshot import Snapshot
+from corral.core.snapshot import Snapshot, within
 
 
 def check_admissible(snap: Snapshot, job: Job) -> str | None:
@@ -58,7 +58,7 @@ def _quota(snap: Snapshot, job: Job) -> str | None:
             f" are limited to {cap}"
         )
     guarantee = snap.guarantee_of(job.project, job.accelerator)
-    if not job.preemptible and job.demand > guarantee + 1e-9:
+    if not job.preemptible and not within(0, job.demand, guarantee):
         return (
             f"non-preemptible jobs run only within the guarantee: needs {job.demand}"
             f" {job.accelerator}, project {job.project} is guaranteed {guarantee:g}"

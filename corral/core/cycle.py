@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from corral.core.model import Decision, Job, Preempt, Reason, Running, Start
+from corral.core.model import Decision, Job, Preempt, Reason, ReasonCode, Running, Start
 from corral.core.snapshot import Snapshot, within
 
 
@@ -395,7 +395,8 @@ class Cycle:
             self.decision.preemptions.append(Preempt(run.job.id, why, preemptor.id))
         self.promise(preemptor, nodes)
         n = len(victims)
-        self.wait(preemptor, "preempting", f"preempting {n} job{'s' * (n > 1)} to make room")
+        why = f"preempting {n} job{'s' * (n > 1)} to make room"
+        self.wait(preemptor, ReasonCode.PREEMPTING, why)
 
     def _releasing(self, run: Running) -> None:
         self.releasing.append(run)
@@ -424,7 +425,7 @@ class Cycle:
             for i in nodes:
                 self.exclusive[self.snap.cluster.domain_of[i]] = job.id
 
-    def wait(self, job: Job, code: str, message: str) -> None:
+    def wait(self, job: Job, code: ReasonCode, message: str) -> None:
         self.decision.reasons[job.id] = Reason(code, message)
 
     def reserve(self, reservation: Reservation) -> None:
@@ -441,13 +442,6 @@ def _placement_key(job: Job, long: bool, after: bool) -> tuple:
     """What placement reads of a job, its resources (a tuple: hashed in C), and where."""
     r = job.resources
     return (job.shape, r.workers, r.exclusive, long, after)
-
-
-def share_ratio(held: int, guarantee: float) -> float:
-    """Usage over guarantee: infinite for usage with no guarantee, 0 for none."""
-    if guarantee <= 0:
-        return float("inf") if held > 0 else 0.0
-    return held / guarantee
 
 
 def _copy_counts(counts: dict[str, dict[int, int]]) -> dict[str, dict[int, int]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from corral.formats.types import Resources
 
@@ -67,12 +68,23 @@ class Running:
         return self.started_at + self.job.max_runtime
 
 
+class ReasonCode(StrEnum):
+    """Why a job waits, in one word (DESIGN.md §3.11); `Reason.message` says it in full."""
+
+    CAPACITY = "capacity"  # no room of the shape it needs
+    QUOTA = "quota"  # beyond its project's share, too little idle to borrow
+    LIMIT = "limit"  # a hard cap: project_limits, interactive limits
+    RESERVED = "reserved"  # the room is held for a job ahead of it
+    PREEMPTING = "preempting"  # jobs are stopping to make room
+    ORDER = "order"  # not considered yet
+
+
 @dataclass(frozen=True, slots=True, init=False)
 class Reason:
-    code: str  # capacity | quota | limit | reserved | preempting | order | policy
+    code: ReasonCode
     message: str
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: ReasonCode, message: str) -> None:
         object.__setattr__(self, "code", code)
         object.__setattr__(self, "message", message)
 
@@ -135,4 +147,4 @@ class Decision:
             return found
         if self.fallback is not None:
             return self.fallback(job)
-        return Reason("order", "waiting for the next scheduling cycle")
+        return Reason(ReasonCode.ORDER, "waiting for the next scheduling cycle")

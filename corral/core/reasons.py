@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from corral.core.cycle import Cycle
-from corral.core.model import Job, Reason
+from corral.core.model import Job, Reason, ReasonCode
 
 
 def _plural(n: int, word: str) -> str:
@@ -20,7 +20,7 @@ def capacity(cycle: Cycle, job: Job, long: bool = True) -> Reason:
         where = f" ({_plural(r.slices, 'empty domain')}, exclusive)"
     largest = cycle.max_block(r.accelerator, long)
     return Reason(
-        "capacity",
+        ReasonCode.CAPACITY,
         f"needs {_plural(r.gang, 'worker')} with {r.per_worker} free {r.accelerator} each{where};"
         f" the largest free block is {largest} {r.accelerator}"
         f" ({_plural(blocks, 'worker slot')} free in all)",
@@ -32,7 +32,8 @@ def quota(cycle: Cycle, job: Job, free: int) -> Reason:
     g = cycle.snap.guarantee_of(job.project, job.accelerator)
     pool = "the pool is full" if free == 0 else f"only {free} are free (it needs {job.demand})"
     return Reason(
-        "quota", f"project {job.project} holds {held} of its {g:g} {job.accelerator} and {pool}"
+        ReasonCode.QUOTA,
+        f"project {job.project} holds {held} of its {g:g} {job.accelerator} and {pool}",
     )
 
 
@@ -57,14 +58,14 @@ def limit(cycle: Cycle, job: Job) -> Reason | None:
     cap = cycle.snap.limit_of(job.project, job.accelerator)
     if held + job.demand > cap:
         return Reason(
-            "limit",
+            ReasonCode.LIMIT,
             f"project {job.project} holds {held} of its limit {cap:g} {job.accelerator};"
             f" this job needs {job.demand} more",
         )
     if not job.preemptible and not cycle.within_guarantee(job):
         g = cycle.snap.guarantee_of(job.project, job.accelerator)
         return Reason(
-            "quota",
+            ReasonCode.QUOTA,
             f"non-preemptible jobs run only within the guarantee: project {job.project}"
             f" holds {held} of its {g:g} {job.accelerator}, this job needs {job.demand}",
         )
@@ -87,18 +88,19 @@ def interactive_limit(cycle: Cycle, job: Job) -> Reason | None:
     if held + job.demand <= cap:
         return None
     return Reason(
-        "limit",
+        ReasonCode.LIMIT,
         f"project {job.project}'s interactive jobs hold {held} of their limit {cap}"
         f" {job.accelerator}; this job needs {job.demand} more",
     )
 
 
 def reserved(job: Job, holder: Job) -> Reason:
-    return Reason("reserved", f"capacity held for job {holder.name} ({holder.id})")
+    return Reason(ReasonCode.RESERVED, f"capacity held for job {holder.name} ({holder.id})")
 
 
 def releasing(cycle: Cycle) -> Reason:
     n = len(cycle.releasing)
     return Reason(
-        "preempting", f"waiting for {_plural(n, 'stopping job')} to release their accelerators"
+        ReasonCode.PREEMPTING,
+        f"waiting for {_plural(n, 'stopping job')} to release their accelerators",
     )

@@ -582,8 +582,16 @@ def _add_size(sizes: dict[str, dict[str, dict[int, int]]], run: Running) -> None
 
 def within(held: float, amount: float, guarantee: float) -> bool:
     """Would `amount` more than `held` stay within `guarantee`? (Guarantees are fractions
-    of the pool: a little slack keeps a sum of shares from rounding below a whole job.)"""
+    of the pool: a little slack keeps a sum of shares from rounding below a whole job.) The
+    one comparison with a guarantee: every rule asks it."""
     return held + amount <= guarantee + 1e-9
+
+
+def share_ratio(held: float, guarantee: float) -> float:
+    """Usage over guarantee: infinite for usage with no guarantee, 0 for none."""
+    if guarantee <= 0:
+        return float("inf") if held > 0 else 0.0
+    return held / guarantee
 
 
 def shape_of(job: Job) -> tuple[str, int, int]:

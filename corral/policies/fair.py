@@ -20,7 +20,7 @@ from typing import ClassVar
 
 from mypy_extensions import mypyc_attr
 
-from corral.core.cycle import Cycle, share_ratio
+from corral.core.cycle import Cycle
 from corral.core.model import Job, Running
 from corral.core.policy import Policy, nothing_fits
 from corral.core.preempt import (
@@ -31,7 +31,7 @@ from corral.core.preempt import (
     free_room_counter,
 )
 from corral.core.reserve import outlasts
-from corral.core.snapshot import Shape, Snapshot, SortedQueue, shape_of, within
+from corral.core.snapshot import Shape, Snapshot, SortedQueue, shape_of, share_ratio, within
 from corral.formats.types import SchedulerConfig
 
 INF = float("inf")
@@ -284,8 +284,8 @@ class Fair(Policy):
     def may_reserve(self, cycle: Cycle, job: Job) -> bool:
         """Within the guarantee: the job alone fits in it and the project is not borrowing.
         (Its own running jobs may be what it waits for, so they are not added to it.)"""
-        g = cycle.snap.guarantee_of(job.project, job.accelerator) + 1e-9
-        return job.demand <= g and cycle.held(job.project, job.accelerator) <= g
+        g = cycle.snap.guarantee_of(job.project, job.accelerator)
+        return within(0, job.demand, g) and within(cycle.held(job.project, job.accelerator), 0, g)
 
     def victims(self, cycle: Cycle, job: Job) -> Preemption | None:
         # A search that failed for a project and shape (reclaim), or also priority (outrank),
@@ -361,7 +361,7 @@ class Fair(Policy):
                 pools[project] = iter(self._given(cycle, giver))
                 held[project], guarantee[project] = giver.held, giver.guarantee
         while pools:
-            project = max(pools, key=lambda p: (_ratio(held[p], guarantee[p]), p))
+            project = max(pools, key=lambda p: (share_ratio(held[p], guarantee[p]), p))
             run = next(pools[project], None)
             if run is None:
                 del pools[project]
@@ -436,9 +436,8 @@ class Fair(Policy):
     def _swap_allowed(self, cycle: Cycle, job: Job, victims: list[Running]) -> bool:
         freed = sum(r.job.demand for r in victims)
         after = cycle.held(job.project, job.accelerator) - freed + job.demand
-        return after <= cycle.snap.guarantee_of(job.project, job.accelerator) + 1e-9 or (
-            freed >= job.demand
-        )
+        guarantee = cycle.snap.guarantee_of(job.project, job.accelerator)
+        return within(after, 0, guarantee) or freed >= job.demand
 
 
 class _Giver:
@@ -555,10 +554,6 @@ def _kept_givers(snap: Snapshot, accel: str) -> dict[str, _Giver | None]:
 def _head_key(job: Job) -> tuple:
     """Which user's first job a project's queue takes first (see _ProjectQueue)."""
     return (-job.priority, job.submit_time, job.name, job.id)
-
-
-def _ratio(held: float, guarantee: float) -> float:
-    return held / guarantee if guarantee > 0 else INF
 
 
 class _ProjectQueue:
