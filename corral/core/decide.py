@@ -18,7 +18,7 @@ from corral.core.reserve import outlasts, plan_reservation
 from corral.core.snapshot import Snapshot
 
 
-class _Reserver:
+class Reserver:
     """Plans the reservation of the cycle's reserver (the first blocked job allowed one)
     once, when it first matters."""
 
@@ -40,21 +40,36 @@ class _Reserver:
 
 
 def decide(snap: Snapshot, policy: Policy) -> Decision:
+    return run_cycle(snap, policy).decision
+
+
+class CycleRun:
+    """A cycle that ran, and its decision: what a driver that asks about the cycle afterwards
+    keeps (the simulator: may a job that arrives now act? see engine.arrival_may_act)."""
+
+    def __init__(self, cycle: Cycle, reserver: Reserver, decision: Decision) -> None:
+        self.cycle = cycle
+        self.reserver = reserver
+        self.decision = decision
+        # policy.settled(cycle), once asked: it does not change (the cycle is over).
+        self.settled: bool | None = None
+
+
+def run_cycle(snap: Snapshot, policy: Policy) -> CycleRun:
     cycle = Cycle(snap, spread=policy.spread)
-    reserver = _Reserver()
+    reserver = Reserver()
     for job in policy.order(cycle):
         _consider(cycle, policy, reserver, job)
     decision = cycle.decision
-    # The closures below keep the cycle; the cycle lets go of the decision, so no reference
+    # The closure below keeps the cycle; the cycle lets go of the decision, so no reference
     # loop keeps both alive until the cyclic GC (a simulator makes 100,000s of them).
     cycle.decision = Decision()
     decision.fallback = lambda job: _fallback(cycle, job)
     decision.wake_at = policy.wake_at(cycle)
-    decision.arrival_may_act = lambda job: _arrival_may_act(cycle, policy, reserver, job)
-    return decision
+    return CycleRun(cycle, reserver, decision)
 
 
-def _consider(cycle: Cycle, policy: Policy, reserver: _Reserver, job: Job) -> None:
+def _consider(cycle: Cycle, policy: Policy, reserver: Reserver, job: Job) -> None:
     capped = reasons.limit(cycle, job)
     if capped is not None:
         cycle.wait(job, capped.code, capped.message)
@@ -92,37 +107,6 @@ def _fit(cycle: Cycle, job: Job) -> tuple[int, ...] | None:
     if not cycle.may_fit(job, long) or not cycle.under_cap(job):
         return None
     return place_unless_failed(cycle, job, long)
-
-
-def _arrival_may_act(cycle: Cycle, policy: Policy, reserver: _Reserver, job: Job) -> bool:
-    """Might a new job change the next cycle: fit in what this cycle left free, preempt, or
-    take the reservation over (which frees what was held for its holder)? Each shortcut the
-    policy may not use (`Policy.shortcuts`) takes its safe answer."""
-    shortcuts = policy.shortcuts
-    if not (shortcuts.settled and _settled(cycle, policy)):
-        return True
-    holder = cycle.reserver
-    if holder is not None and (not shortcuts.may_precede or policy.may_precede(cycle, job, holder)):
-        # Considered before the reservation is planned: held capacity counts as free for it.
-        return (
-            policy.may_reserve(cycle, job)
-            or cycle.may_fit(job, long=False)
-            or _may_preempt_for(cycle, policy, job)
-        )
-    reserver.before_admitting(cycle)  # the reservation the next cycle would hold
-    return cycle.may_fit(job, outlasts(cycle, job)) or _may_preempt_for(cycle, policy, job)
-
-
-def _may_preempt_for(cycle: Cycle, policy: Policy, job: Job) -> bool:
-    return not policy.shortcuts.may_preempt_for or policy.may_preempt_for(cycle, job)
-
-
-def _settled(cycle: Cycle, policy: Policy) -> bool:
-    """Would a cycle run now, with no job new, decide nothing? Asked once per decision."""
-    settled = cycle.scratch.get("settled")
-    if settled is None:
-        settled = cycle.scratch["settled"] = policy.settled(cycle)
-    return bool(settled)
 
 
 def _blocked(cycle: Cycle, job: Job):

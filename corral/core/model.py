@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from corral.formats.types import Resources
+from corral.formats.types import JobSpec, Resources
 
 # The records made per cycle or per job start write their own __init__ (init=False): mypyc
 # compiles it, while the one @dataclass generates runs interpreted, 3-7 times slower. Frozen
@@ -36,6 +36,33 @@ class Job:
     per_worker: int = field(init=False)
     gang: int = field(init=False)  # worker processes in all slices
     shape: tuple[str, int, int] = field(init=False)  # (accelerator, per_worker, gang)
+
+    @classmethod
+    def from_spec(
+        cls,
+        spec: JobSpec,
+        id: str,
+        user: str,
+        priority: int,
+        submit_time: float,
+        duration: float | None = None,
+    ) -> Job:
+        """The core's view of a submitted spec (`priority` resolved by the quota): the server
+        and the simulator make theirs here, so both schedule the same job."""
+        return cls(
+            id=id,
+            name=spec.name,
+            project=spec.project,
+            user=user,
+            priority=priority,
+            resources=spec.resources,
+            submit_time=submit_time,
+            preemptible=spec.preemptible,
+            max_runtime=spec.max_runtime,
+            duration=duration,
+            wait_since=submit_time,
+            interactive=spec.kind == "interactive",
+        )
 
     def __post_init__(self) -> None:
         r = self.resources
@@ -120,10 +147,6 @@ class Decision:
     # reason is derived on request: one cycle then costs O(changes), not O(queue).
     fallback: Callable[[Job], Reason] | None = None
     wake_at: float | None = None  # the decision may change at this time even with no event
-    # Could a job arriving after this decision (its starts applied, nothing else changed) start
-    # or preempt now? When no arrival could, a driver may skip the cycle the arrivals would run.
-    # None: assume it could.
-    arrival_may_act: Callable[[Job], bool] | None = None
 
     def __init__(
         self,
@@ -132,14 +155,12 @@ class Decision:
         reasons: dict[str, Reason] | None = None,
         fallback: Callable[[Job], Reason] | None = None,
         wake_at: float | None = None,
-        arrival_may_act: Callable[[Job], bool] | None = None,
     ) -> None:
         self.starts = [] if starts is None else starts
         self.preemptions = [] if preemptions is None else preemptions
         self.reasons = {} if reasons is None else reasons
         self.fallback = fallback
         self.wake_at = wake_at
-        self.arrival_may_act = arrival_may_act
 
     def reason(self, job: Job) -> Reason:
         found = self.reasons.get(job.id)

@@ -154,23 +154,11 @@ def backoff_delay(config: SchedulerConfig, restarts: int, ran: float) -> float:
 
 
 def core_job(row: JobRow) -> Job:
-    spec = row.spec
-    return Job(
-        id=row.id,
-        name=row.name,
-        project=row.project,
-        user=row.user,
-        priority=row.priority,
-        resources=spec.resources,
-        submit_time=row.submitted_at,
-        preemptible=spec.preemptible,
-        max_runtime=spec.max_runtime,
-        run_time=row.run_time,
-        attained=row.attained,
-        wait_since=row.wait_since,
-        preemptions=row.preemptions,
-        interactive=spec.kind == "interactive",
-    )
+    """The core's view of a stored job: its spec, and the progress of its earlier attempts."""
+    job = Job.from_spec(row.spec, row.id, row.user, row.priority, row.submitted_at)
+    job.run_time, job.attained = row.run_time, row.attained
+    job.wait_since, job.preemptions = row.wait_since, row.preemptions
+    return job
 
 
 def _exit_words(code: int | None) -> str:

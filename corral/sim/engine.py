@@ -19,9 +19,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from corral.core.admission import check_admissible
-from corral.core.decide import decide
-from corral.core.model import Decision, Job
+from corral.core.decide import CycleRun, run_cycle
+from corral.core.model import Job
 from corral.core.policy import Policy
+from corral.core.reserve import outlasts
 from corral.core.snapshot import Snapshot
 from corral.formats.types import Node, Quota, ScenarioJob
 
@@ -85,12 +86,22 @@ class Simulator:
         self._queue: list[tuple[float, int, int, str, int]] = []
         self._seq = 0
         self._wakes: set[float] = set()
-        self._last: Decision | None = None  # the latest cycle's decision, its starts applied
+        self._last: CycleRun | None = None  # the latest cycle, its starts applied
         self._admission: dict[tuple, str | None] = {}
         self._arrivals: list[tuple[float, str]] = []
         for sj in sorted(jobs, key=lambda sj: (sj.submit, sj.spec.name)):  # file order is no tie
             self._arrivals.append((sj.submit, sj.spec.name))
-            self.jobs[sj.spec.name] = SimJob(job=_core_job(sj, quota), duration=sj.duration)
+            self.jobs[sj.spec.name] = SimJob(
+                job=Job.from_spec(
+                    sj.spec,
+                    sj.spec.name,
+                    sj.user,
+                    quota.resolve_priority(sj.spec.priority),
+                    sj.submit,
+                    sj.duration,
+                ),
+                duration=sj.duration,
+            )
 
     def _push(self, t: float, kind: int, job_id: str = "", attempt: int = 0) -> None:
         self._seq += 1
@@ -182,11 +193,11 @@ class Simulator:
             self._log(now, "reject", job)["reason"] = why
             return False, 1
         self.snap.submit(job)
-        # An arrival that changes no decision needs no cycle (see decide._arrival_may_act).
+        # An arrival that changes no decision needs no cycle.
         last = self._last
-        if last is None or last.arrival_may_act is None or not self.options.shortcuts:
+        if last is None or not self.options.shortcuts:
             return True, 0
-        return last.arrival_may_act(job), 0
+        return arrival_may_act(last, self.policy, job), 0
 
     def _admissible(self, job: Job) -> str | None:
         """check_admissible, once per kind of job: the pool and quota are fixed in a replay."""
@@ -202,7 +213,8 @@ class Simulator:
             self._last = None  # (its state is older than the snapshot's now)
             return
         for _ in range(MAX_CYCLES_PER_INSTANT):
-            decision = self._last = decide(self.snap, policy)
+            last = self._last = run_cycle(self.snap, policy)
+            decision = last.decision
             self.cycles += 1
             for start in decision.starts:
                 self._start(start.job_id, start.nodes, now)
@@ -267,22 +279,32 @@ class Simulator:
         return entry
 
 
-def _core_job(sj: ScenarioJob, quota: Quota) -> Job:
-    spec = sj.spec
-    return Job(
-        id=spec.name,
-        name=spec.name,
-        project=spec.project,
-        user=sj.user,
-        priority=quota.resolve_priority(spec.priority),
-        resources=spec.resources,
-        submit_time=sj.submit,
-        preemptible=spec.preemptible,
-        max_runtime=spec.max_runtime,
-        duration=sj.duration,
-        wait_since=sj.submit,
-        interactive=spec.kind == "interactive",
-    )
+def arrival_may_act(last: CycleRun, policy: Policy, job: Job) -> bool:
+    """Might a job arriving after `last` (its starts applied, nothing else changed) change the
+    next cycle: fit in what it left free, preempt, or take the reservation over (which frees
+    what was held for its holder)? Each shortcut the policy may not use (`Policy.shortcuts`)
+    takes its safe answer: then the cycle runs."""
+    shortcuts, cycle = policy.shortcuts, last.cycle
+    if not shortcuts.settled:
+        return True
+    if last.settled is None:
+        last.settled = policy.settled(cycle)
+    if not last.settled:
+        return True
+    holder = cycle.reserver
+    if holder is not None and (not shortcuts.may_precede or policy.may_precede(cycle, job, holder)):
+        # Considered before the reservation is planned: held capacity counts as free for it.
+        return (
+            policy.may_reserve(cycle, job)
+            or cycle.may_fit(job, long=False)
+            or _may_preempt_for(last, policy, job)
+        )
+    last.reserver.before_admitting(cycle)  # the reservation the next cycle would hold
+    return cycle.may_fit(job, outlasts(cycle, job)) or _may_preempt_for(last, policy, job)
+
+
+def _may_preempt_for(last: CycleRun, policy: Policy, job: Job) -> bool:
+    return not policy.shortcuts.may_preempt_for or policy.may_preempt_for(last.cycle, job)
 
 
 def _spread(snap: Snapshot, job: Job, nodes: tuple[str, ...]) -> float:
