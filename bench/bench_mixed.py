@@ -2,7 +2,7 @@
 
     python bench/bench_mixed.py [--jobs 8000] [--policy fair,fifo,las,srtf]
 
-The workload is pgo_train.py's mixed one: 32 V100 nodes in four domains of 8 plus four A100
+The workload is mixed_workload.py's mixed one: 32 V100 nodes in four domains of 8 plus four A100
 nodes; priorities, several users in a project, max_runtime, non-preemptible, exclusive and
 two-slice gangs, and projects with no guarantee. Each policy replays it once as events come
 (`round off`) and once in 300 s rounds with a 30 s restart penalty (`round 300`).
@@ -18,17 +18,14 @@ import argparse
 import random
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # pgo_train.py, at the root
+from bench_sim import events_hash
+from mixed_workload import cluster, quota, workload
 
-from bench_sim import events_hash  # noqa: E402
-
-from corral.core import cycle  # noqa: E402
-from corral.formats.types import SchedulerConfig  # noqa: E402
-from corral.policies import load_policy  # noqa: E402
-from corral.sim.engine import SimOptions, Simulator  # noqa: E402
-from pgo_train import cluster, quota, workload  # noqa: E402
+from corral.core import cycle
+from corral.formats.types import SchedulerConfig
+from corral.policies import load_policy
+from corral.sim.engine import SimOptions, Simulator
 
 RUNS = {"off": SimOptions(), "300": SimOptions(restart_penalty=30.0, round_s=300.0)}
 

@@ -1,25 +1,16 @@
-"""The workload setup.py runs the compiled core on to collect a profile for GCC (PGO).
-
-GCC then lays out and inlines the C that mypyc wrote by how it really runs: the core gets
-10-15 % faster (README, Benchmarks). Two workloads: one like the Philly trace on a smaller
-pool (mostly 1-GPU jobs, some whole-node gangs, one user per project, a little more work than
-the pool can serve), and a smaller one with the rest of what the core handles: two accelerator
-types and domains, priorities, several users in a project, max_runtime, non-preemptible and
-exclusive jobs, multi-slice gangs. Both have projects with no guarantee. Each built-in policy
-replays them. It needs only the standard library and the core's own dependencies (the build
-environment has no numpy or pydantic).
-
-    python pgo_train.py [JOBS]
+"""The synthetic workloads bench/bench_mixed.py replays (and the tests' busy pools): one like
+the Philly trace on a smaller pool (mostly 1-GPU jobs, some whole-node gangs, one user per
+project, a little more work than the pool can serve), and a smaller one with the rest of what
+the core handles: two accelerator types and domains, priorities, several users in a project,
+max_runtime, non-preemptible and exclusive jobs, multi-slice gangs. Both have projects with no
+guarantee.
 """
 
 from __future__ import annotations
 
 import random
-import sys
 
-from corral.formats.types import JobSpec, Node, Quota, Resources, ScenarioJob, SchedulerConfig
-from corral.policies import BUILTIN, load_policy
-from corral.sim.engine import SimOptions, Simulator
+from corral.formats.types import JobSpec, Node, Quota, Resources, ScenarioJob
 
 SIZES = {1: 930, 2: 22, 4: 23, 8: 20, 16: 3, 32: 1}  # GPUs -> weight (Philly's mix)
 GPUS_PER_NODE = 8
@@ -72,18 +63,3 @@ def workload(n: int, mixed: bool, rng: random.Random) -> list[ScenarioJob]:
         duration = 60 * 10 ** rng.uniform(0.5, 3)
         jobs.append(ScenarioJob(spec=spec, user=user, submit=t, duration=duration))
     return jobs
-
-
-def main(n: int) -> None:
-    runs = [(False, n, SimOptions()), (True, n // 8, SimOptions()),
-            (True, n // 8, SimOptions(restart_penalty=30.0, round_s=300.0))]  # fmt: skip
-    for mixed, jobs, options in runs:
-        trace = workload(jobs, mixed, random.Random(1))
-        for name in BUILTIN:
-            policy = load_policy(SchedulerConfig(policy=name))
-            result = Simulator(cluster(mixed), quota(), trace, policy, options).run()
-            print(f"pgo_train: {name}, {jobs} jobs, mixed={mixed}: {result.cycles} cycles")
-
-
-if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 4000)
