@@ -157,6 +157,27 @@ def test_synthetic_workload_and_own_policy(tmp_path: Path) -> None:
     assert summaries["fifo"]["jct"] == summaries["mypolicy:Mine"]["jct"]  # same order as fifo
 
 
+def test_no_shortcuts_runs_every_cycle_to_the_same_events(tmp_path: Path) -> None:
+    # docs/policies.md's example, in its own file: the same events with and without the
+    # simulator's shortcuts, more cycles without.
+    (tmp_path / "mypolicy.py").write_text(
+        "from corral.policies.fifo import Fifo\n\n"
+        "class SmallestFirst(Fifo):\n"
+        "    def order(self, cycle):\n"
+        "        key = lambda j: (j.demand, j.submit_time, j.id)\n"
+        "        yield from sorted(cycle.snap.pending.all, key=key)\n"
+    )
+    args = ["--synthetic", "60", "--rate", "40/h", "--seed", "3", "--cluster", "2x8:a100"]
+    args += ["--policy", "mypolicy:SmallestFirst", "--json"]
+    runs = []
+    for extra in ([], ["--no-shortcuts"]):
+        events = tmp_path / f"events{len(extra)}.jsonl"
+        summary = json.loads(ok(corral(*args, *extra, "--events", events, cwd=tmp_path)).stdout)
+        runs.append((events.read_text(), summary["mypolicy:SmallestFirst"]["cycles"]))
+    (fewer, cycles), (every, all_cycles) = runs
+    assert fewer == every and cycles <= all_cycles
+
+
 # --- bad input: one line, exit 2, no traceback ------------------------------------------------
 
 
