@@ -78,7 +78,7 @@ SWEEP_INTERVAL = 60.0  # seconds between retention sweeps (shorter for a short r
 SWEEP_BATCH = 500  # finished jobs forgotten per sweep, so a sweep holds the lock briefly
 REJECT_EVENTS_PER_MINUTE = 60  # per user; further rejections are answered, not recorded
 # A WAL past this size is checkpointed in full and truncated, under the lock (a few ms).
-WAL_TRUNCATE_BYTES = 16 << 20
+WAL_TRUNCATE_BYTES = 4 << 20
 
 
 # Automatic ids and names are j<seq>: a user's name of that form could take the id (and so

@@ -13,6 +13,7 @@ thread, which WAL lets run beside the writer.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -477,6 +478,7 @@ class Store:
         self._writer.execute("PRAGMA wal_autocheckpoint=0")
         self._checkpointer = self._connect()
         self._readers = threading.local()
+        self._reader_conns: list[sqlite3.Connection] = []  # every thread's, to close them
 
     def _connect(self) -> sqlite3.Connection:
         # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so a transaction is exactly
@@ -489,6 +491,13 @@ class Store:
         return conn
 
     def close(self) -> None:
+        """Close every connection, readers first: then nothing holds an old snapshot and the
+        WAL can be folded into the database and emptied."""
+        for conn in self._reader_conns:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+        with contextlib.suppress(sqlite3.Error):
+            self.truncate_wal()
         self._checkpointer.close()
         self._writer.close()
 
@@ -530,6 +539,7 @@ class Store:
         if conn is None:
             conn = self._connect()
             self._readers.conn = conn
+            self._reader_conns.append(conn)
         return conn
 
     # -- reads -----------------------------------------------------------------------------------

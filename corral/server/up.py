@@ -7,6 +7,7 @@ import fcntl
 import logging
 import os
 import resource
+import signal
 import socket
 import stat
 import threading
@@ -59,6 +60,10 @@ class Settings:
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
+
+
+def _exit_quietly(_signum: int, _frame: object) -> None:
+    raise SystemExit(0)
 
 
 class StateDirBusy(RuntimeError):
@@ -235,6 +240,9 @@ class Server:
 
     def run(self) -> None:
         self._start_loops()
+        # uvicorn raises SIGTERM again once it has stopped serving; with the default handler
+        # the process would die there, before `close()` folds the WAL into the database.
+        signal.signal(signal.SIGTERM, _exit_quietly)
         try:
             self.http.run()
         finally:
