@@ -67,7 +67,7 @@ class Server:
         quota.write_text(QUOTA)
         cmd = [sys.executable, "-c", "from corral.cli import main; main()", "up"]
         cmd += ["--state", str(state), "--port", str(self.port), "--quota", str(quota)]
-        cmd += ["--fake-gpus", str(gpus), "--accelerator", "gpu"]
+        cmd += ["--fake-gpus", str(gpus), "--accelerator", "gpu", "--run-as", "corral"]
         self.log = open(state.parent / "server.log", "wb")  # noqa: SIM115 (closed in stop)
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
         self.url = f"http://127.0.0.1:{self.port}"

@@ -41,7 +41,7 @@ def _children_cpu() -> float:
 
 def _time(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     cpu0, t0 = _children_cpu(), time.perf_counter()
-    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, check=True)
+    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     return time.perf_counter() - t0, _children_cpu() - cpu0
 
 
