@@ -14,7 +14,7 @@ import uuid
 
 import httpx
 import pytest
-from conftest import TEAM_QUOTA, port_block
+from conftest import CLI, TEAM_QUOTA, free_port, port_block
 from websockets.sync.client import connect
 
 pytestmark = pytest.mark.live
@@ -22,10 +22,22 @@ pytestmark = pytest.mark.live
 IDLE = 6.0  # seconds: short, so culling is seen within the test
 
 
+TEMPLATES = """
+- name: sleeper
+  description: holds a TCP port and does nothing
+  command: "sleep 300 # {port.api}"
+  ports: {api: tcp}
+  idle: [gpu]
+"""
+LIMITS = '[interactive]\nmax_runtime_limit = "12h"\n'
+
+
 @pytest.fixture(scope="module")
 def server(module_servers):
-    s = module_servers(TEAM_QUOTA, fake_gpus=8, start=False)
-    s.args += ["--port-range", port_block()]
+    s = module_servers(TEAM_QUOTA + LIMITS, fake_gpus=8, start=False)
+    templates = module_servers.root / "templates.yaml"
+    templates.write_text(TEMPLATES)
+    s.args += ["--port-range", port_block(), "--templates", str(templates)]
     return s.start()
 
 
@@ -217,7 +229,7 @@ def test_corral_ssh_runs_a_command_through_the_api(server, alice, tmp_path):
     job_id = submit(server, alice, template="ssh", name="box")
     endpoint(server, job_id, name="ssh")
     done = subprocess.run(
-        [*__import__("conftest").CLI, "ssh", job_id, "-i", str(key), "--", "echo", "ok"],
+        [*CLI, "ssh", job_id, "-i", str(key), "--", "echo", "ok"],
         env=server.env(alice),
         capture_output=True,
         text=True,
@@ -227,3 +239,31 @@ def test_corral_ssh_runs_a_command_through_the_api(server, alice, tmp_path):
     config = server.cli("ssh-config", job_id, token=alice).stdout
     assert f"Host corral-{job_id}" in config and "ProxyCommand corral ssh-proxy" in config
     server.cli("cancel", job_id, token=alice)
+
+
+def test_admin_templates_limits_and_bad_input(server, alice, tmp_path):
+    with server.http(alice) as c:
+        names = [t["name"] for t in c.get("/v1/templates").json()]
+        assert names == ["jupyter", "shell", "sleeper", "ssh", "tensorboard"]
+        too_long = c.post("/v1/jobs", json={"template": "shell", "max_runtime": "24h"})
+        assert too_long.status_code == 422 and "max_runtime_limit" in too_long.json()["detail"]
+        unknown = c.post("/v1/jobs", json={"template": "vscode"})
+        assert unknown.status_code == 422 and "sleeper" in unknown.json()["detail"]
+        batch = c.post("/v1/jobs", json={"command": "true", "idle_timeout": "1h"})
+        assert batch.status_code == 422 and "only for interactive" in batch.json()["detail"]
+        assert c.post("/v1/keys", json={"key": "not a key"}).status_code == 422
+    job_id = server.cli("submit", "--template", "sleeper", token=alice).stdout.strip()
+    job = server.wait(job_id, lambda j: j["endpoints"], what="given its port")
+    assert job["max_runtime"] == 8 * 3600 and not job["preemptible"]  # the defaults
+    assert [(e["name"], e["protocol"]) for e in job["endpoints"]] == [("api", "tcp")]
+    server.cli("cancel", job_id, token=alice)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- name: x\n  command: run {port.web}\n  idle: [sometimes]\n")
+    done = subprocess.run(
+        [*CLI, "up", "--state", str(tmp_path / "s"), "--port", str(free_port())]
+        + ["--templates", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0 and "idle" in done.stderr and "Traceback" not in done.stderr

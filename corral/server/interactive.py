@@ -194,8 +194,9 @@ def _port_is_free(port: int) -> bool:
 
 
 class Interactive:
-    """State and rules for interactive jobs. Ports are changed only under the control plane's
-    lock (from `on_start`); activity marks come from any thread (the proxy, the culler)."""
+    """State and rules for interactive jobs. Ports are chosen and recorded only under the
+    control plane's lock (from its `_start`); activity marks come from any thread (the proxy,
+    the culler)."""
 
     def __init__(
         self,
@@ -219,7 +220,6 @@ class Interactive:
         self._marks = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._jupyter_polled: dict[str, float] = {}
 
     # -- submission ------------------------------------------------------------------------
 
@@ -388,7 +388,6 @@ class Interactive:
             self._streams.pop(job_id, None)
         self._warned.discard(job_id)
         self._ready.discard(job_id)
-        self._jupyter_polled.pop(job_id, None)
 
     # -- the culler ------------------------------------------------------------------------
 
