@@ -89,6 +89,11 @@ header, never in the address. Or use the API with <code>Authorization: Bearer TO
 </script></body></html>"""
 
 
+Scope = dict[str, Any]
+Headers = dict[bytes, bytes]
+Target = tuple[str, int, str]  # host, port, protocol (Interactive.target)
+
+
 class Sessions:
     """Browser sessions for the proxy: cookie value -> (token digest, job). A session dies with
     its token (checked on every use) and after SESSION_TTL; kept in memory, so a restart of
@@ -190,13 +195,12 @@ class JobProxy:
                 await self._refuse(scope, send, err.status, err.message)
             return
         self.interactive.mark(row.id)
-        host, port, protocol = target
         if scope["type"] == "websocket":
-            await self._websocket(scope, receive, send, row.id, host, port, protocol, headers)
-        elif protocol == "tcp":
+            await self._websocket(scope, receive, send, row.id, target, headers)
+        elif target[2] == "tcp":
             await self._refuse(scope, send, 400, f"port {port_name} is a TCP port: use a WebSocket")
         else:
-            await self._http_relay(scope, receive, send, row.id, host, port, headers)
+            await self._http_relay(scope, receive, send, row.id, target, headers)
 
     # -- authentication --------------------------------------------------------------------
 
@@ -268,15 +272,9 @@ class JobProxy:
         return out
 
     async def _http_relay(
-        self,
-        scope: dict[str, Any],
-        receive: Any,
-        send: Any,
-        job_id: str,
-        host: str,
-        port: int,
-        headers: dict[bytes, bytes],
+        self, scope: Scope, receive: Any, send: Any, job_id: str, target: Target, headers: Headers
     ) -> None:
+        host, port, _ = target
         if self._http is None:
             self._http = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=5.0))
 
@@ -321,16 +319,9 @@ class JobProxy:
             await response.aclose()
 
     async def _websocket(
-        self,
-        scope: dict[str, Any],
-        receive: Any,
-        send: Any,
-        job_id: str,
-        host: str,
-        port: int,
-        protocol: str,
-        headers: dict[bytes, bytes],
+        self, scope: Scope, receive: Any, send: Any, job_id: str, target: Target, headers: Headers
     ) -> None:
+        host, port, protocol = target
         first = await receive()
         if first["type"] != "websocket.connect":
             return
