@@ -85,6 +85,7 @@ def test_quota_file_is_reloaded_and_a_bad_edit_is_refused(server):
     while _guarantees(server) != {"nlp": 1, "vision": 3} and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _guarantees(server) == {"nlp": 1, "vision": 3}
+    assert "reloaded: projects nlp, vision, policy fair" in server.log()  # one line per reload
 
     path.write_text(QUOTA.replace('version = "1"', 'version = "7"'))
     deadline = time.monotonic() + 10
