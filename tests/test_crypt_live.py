@@ -5,6 +5,7 @@ server, and gcsfs through the gateway's GCS JSON API."""
 from __future__ import annotations
 
 import io
+import json
 import os
 from pathlib import Path
 
@@ -298,3 +299,26 @@ def test_encrypted_fsspec_refuses_a_swapped_object_on_s3(servers, raw):
         fsspec.open(f"encrypted::s3://{BUCKET}/swap/two", "rb", encrypted=enc, s3=direct) as f,
     ):
         f.read()
+
+
+def test_rotation_on_s3_rewraps_and_keeps_the_segments(servers, raw, tmp_path):
+    ring = tmp_path / "ring"
+    add_key(ring, "old")
+    direct = {"endpoint_url": servers["s3"], **_s3fs_credentials()}
+    url = f"encrypted::s3://{BUCKET}/rotate/obj"
+    data = os.urandom(MIB + 7)
+    with fsspec.open(url, "wb", encrypted={"keyring": str(ring)}, s3=direct) as f:
+        f.write(data)
+    before = raw.get_object(Bucket=BUCKET, Key="rotate/obj")["Body"].read()
+    add_key(ring, "new")
+    fresh = {"keyring": str(ring), "skip_instance_cache": True}  # the keyring as it is now
+    fs, path = fsspec.core.url_to_fs(url, encrypted=fresh, s3=direct)
+    assert fs.rekey(path, "new")
+    after = raw.get_object(Bucket=BUCKET, Key="rotate/obj")["Body"].read()
+    assert after[HEADER_SIZE:] == before[HEADER_SIZE:]  # the segments, byte for byte
+    assert after[:HEADER_SIZE] != before[:HEADER_SIZE]
+    ring_data = json.loads(ring.read_text())
+    del ring_data["keys"]["old"]
+    ring.write_text(json.dumps(ring_data))
+    with fsspec.open(url, "rb", encrypted=fresh, s3=direct) as f:  # the old key is gone
+        assert f.read() == data

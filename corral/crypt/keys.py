@@ -69,8 +69,7 @@ class StaticKeys:
         key = self._keys.get(key_id)
         if key is None:
             raise UnknownKeyError(
-                f"encrypted under key {key_id!r}, which {self.source} does not hold"
-                f" (it holds {', '.join(sorted(self._keys))})"
+                f"key {key_id!r} is not in {self.source} (it holds {', '.join(sorted(self._keys))})"
             )
         return AESGCM(key)
 
