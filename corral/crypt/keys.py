@@ -149,15 +149,6 @@ def add_key(path: str | Path, key_id: str | None = None, primary: bool = True) -
     return key_id
 
 
-def set_primary(path: str | Path, key_id: str) -> None:
-    ring = load_keyring(path)
-    if key_id not in ring.ids():
-        raise UnknownKeyError(f"keyring {path} holds no key {key_id!r}")
-    data = json.loads(Path(path).read_text())
-    data["primary"] = key_id
-    _write_private(Path(path), json.dumps(data, indent=2) + "\n")
-
-
 def _write_private(path: Path, text: str) -> None:
     """Write atomically, and never readable by anyone else, not even for a moment."""
     path.parent.mkdir(parents=True, exist_ok=True)
