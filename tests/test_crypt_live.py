@@ -239,14 +239,13 @@ def _s3fs_credentials() -> dict:
     return {"key": CREDENTIALS["AWS_ACCESS_KEY_ID"], "secret": CREDENTIALS["AWS_SECRET_ACCESS_KEY"]}
 
 
-def test_gcsfs_through_the_gateway(servers, raw):
+def test_gcsfs_through_the_gateway(servers, raw, monkeypatch):
     # The plain client: gcsfs's experimental one (GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT, on by
     # default) first asks a gRPC control API about each bucket, which no emulator serves.
     from gcsfs.core import GCSFileSystem
 
-    fs = GCSFileSystem(
-        endpoint_url=servers["gw"], token="anon", skip_instance_cache=True, project="test"
-    )
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", servers["gw"])  # as crypt_proxy: sets it
+    fs = GCSFileSystem(token="anon", skip_instance_cache=True, project="test")
     small, large = os.urandom(1000), os.urandom(7 * MIB + 11)
     fs.pipe_file(f"{BUCKET}/gcs/small", small)  # one multipart/related request
     with fs.open(f"{BUCKET}/gcs/large", "wb", block_size=5 * MIB) as f:  # resumable, 2 chunks
