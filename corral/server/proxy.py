@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from corral.server.auth import Principal, digest
+from corral.server.auth import Principal
 from corral.server.controlplane import ControlPlane, Refused
 from corral.server.httpguard import host_allowed
 from corral.server.interactive import Interactive, base_path
@@ -95,9 +95,10 @@ Target = tuple[str, int, str]  # host, port, protocol (Interactive.target)
 
 
 class Sessions:
-    """Browser sessions for the proxy: cookie value -> (token digest, job). A session dies with
-    its token (checked on every use) and after SESSION_TTL; kept in memory, so a restart of
-    the control plane asks the browser to sign in again (one click from the web page)."""
+    """Browser sessions for the proxy: cookie value -> (token, job, expiry). A session dies
+    with its token (checked on every use, in memory, as for a bearer token) and after
+    SESSION_TTL; kept in memory only, so a restart of the control plane asks the browser to
+    sign in again (one click from the web page)."""
 
     def __init__(self) -> None:
         self._by_id: dict[str, tuple[str, str, float]] = {}
@@ -106,17 +107,14 @@ class Sessions:
         now = time.time()
         self._by_id = {k: v for k, v in self._by_id.items() if v[2] > now}
         sid = secrets.token_urlsafe(32)
-        self._by_id[sid] = (digest(token), job_id, now + SESSION_TTL)
+        self._by_id[sid] = (token, job_id, now + SESSION_TTL)
         return sid
 
     def principal(self, cp: ControlPlane, sid: str, job_id: str) -> Principal | None:
         found = self._by_id.get(sid)
         if found is None or found[1] != job_id or found[2] < time.time():
             return None
-        for row in cp.tokens.rows():
-            if row.hash == found[0]:
-                return Principal(row.user, row.admin)
-        return None
+        return cp.tokens.check(found[0])
 
 
 def _headers(scope: dict[str, Any]) -> dict[bytes, bytes]:
