@@ -127,12 +127,19 @@ class RayCluster:
         self.port = 6380
         self.address = f"127.0.0.1:{self.port}"
         self.nodes: dict[str, RayNode] = {}
+        self.node_env: dict[str, str] = {}  # every node's environment, over ours
         # A token in ~/.ray (left by some other local Ray) would switch the head to token
         # auth; everything here (nodes, corral, its drivers) runs without, by the environment.
         self._auth = os.environ.get("RAY_AUTH_MODE")
         os.environ["RAY_AUTH_MODE"] = "disabled"
 
-    def start(self, name: str, domain: str, gpus: int = 4, accelerator: str = "gpu") -> RayNode:
+    def start(
+        self,
+        name: str,
+        domain: str,
+        gpus: int = 4,
+        accelerator: str = "gpu",
+    ) -> RayNode:
         """Start a node; the first is the head. Returns at once: see wait()."""
         head = not self.nodes
         ip = f"127.0.0.{len(self.nodes) + 1}"
@@ -147,7 +154,12 @@ class RayCluster:
         else:
             args += ["--address", self.address]
         log = self.root / f"ray-{name}.log"
-        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "CORRAL_TEST_NODE": name}
+        env = {
+            **os.environ,
+            **self.node_env,
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "CORRAL_TEST_NODE": name,
+        }
         env["RAY_raylet_start_wait_time_s"] = "120"  # a loaded CI machine registers slowly
         with open(log, "wb") as out:
             proc = subprocess.Popen(

@@ -6,18 +6,54 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from conftest import CLI, TEAM_QUOTA, LiveServer, free_port
+from conftest import CLI, LiveServer, free_port
 from raykit import Netns, RayCluster, run_processes, skip_unless_ray_and_netns
+from test_live_jobset import domains_of
+from test_live_jobset import submit as submit_jobset
 
 pytestmark = pytest.mark.live
 
-QUOTA = TEAM_QUOTA + '[scheduler]\npreempt_grace = "2s"\n'
-DOMAINS = {"n1": "d1", "n2": "d2", "n3": "d3"}
+# Every node is a TPU host of 4 chips, named for its pool (domain): pool1-0 is in pool1. The
+# first three, one per pool, serve the gang tests; the Kueue tutorial's test fills each pool to
+# two nodes.
+TPU = "tpu-v5-lite-podslice"
+FIRST_NODES = ("pool1-0", "pool2-0", "pool3-0")
+QUOTA = f"""
+[toml-schema]
+version = "1"
+[project_membership]
+team = [".*"]
+[project_resources.team]
+{TPU} = 1.0
+[scheduler]
+preempt_grace = "2s"
+"""
+# The tutorial's Kueue queue as a project that has the pools.
+JOBSET_QUOTA = QUOTA.replace('team = [".*"]\n', 'team = [".*"]\nmultislice-queue = [".*"]\n') + (
+    f"[project_resources.multislice-queue]\n{TPU} = 1.0\n"
+)
+# On every node's PATH (so the workers'): the tutorial's commands install JAX from the internet
+# and sleep 60 s; these answer at once (pip), as JAX would on 8 chips (python), and make its
+# `sleep 60` wait until the test has queued the other jobs (the GO file), then 1 s. Other
+# sleeps are the real one.
+STUBS = {
+    "pip": "exit 0",
+    "python": 'echo "Global device count: 8"; exec /bin/sleep 1',
+    "sleep": '[ "$1" = 60 ] || exec /bin/sleep "$@"\n'
+    'until [ -e "$(dirname "$0")/GO" ]; do /bin/sleep 0.1; done; exec /bin/sleep 1',
+}
+LOST = {}  # the node the node-death test killed, for the tests after it
+
+
+def domain_of(node: str) -> str:
+    return node.rsplit("-", 1)[0]
+
 
 # Every worker reports its env, then the gang meets at MASTER_ADDR:MASTER_PORT: worker 0
 # listens, every other worker connects and sends its rank, and worker 0 prints the ranks.
@@ -59,9 +95,15 @@ def pool(tmp_path_factory):
     server = None
     try:
         cluster = RayCluster(root)
-        for name, domain in DOMAINS.items():
-            cluster.start(name, domain)  # one at a time: nodes of one machine pick socket names
-            cluster.wait(name)
+        stubs = root / "bin"
+        stubs.mkdir()
+        for name, body in STUBS.items():
+            (stubs / name).write_text(f"#!/bin/sh\n{body}\n")
+            (stubs / name).chmod(0o755)
+        cluster.node_env = {"PATH": f"{stubs}:{os.environ['PATH']}"}
+        for name in FIRST_NODES:
+            cluster.start(name, domain_of(name), accelerator=TPU)
+            cluster.wait(name)  # one at a time: nodes of one machine pick socket names
         quota = root / "quota.toml"
         quota.write_text(QUOTA)
         args = ["--executor", "ray", "--ray-address", cluster.address, "--quota", str(quota)]
@@ -135,7 +177,7 @@ def test_gang_lands_where_placed_with_the_env_contract(pool, tmp_path):
     assert "MET [1, 2, 3]" in logs.stdout, logs.stdout + logs.stderr
     placement = row["placement"]
     nodes = {p["node"] for p in placement}
-    assert len(nodes) == 2 and all(DOMAINS[n] for n in nodes)
+    assert len(nodes) == 2
     ip = {name: node.ip for name, node in cluster.nodes.items()}
     envs = []
     for p in placement:
@@ -176,7 +218,7 @@ def test_worker_runs_on_its_node_and_a_failure_stops_the_gang(pool, tmp_path):
     row = server.wait(job, "failed", timeout=30)
     assert row["exit_code"] == 3
     placement = row["placement"]
-    assert sorted(p["node"] for p in placement) == ["n1", "n2", "n3"]
+    assert sorted(p["node"] for p in placement) == list(FIRST_NODES)
     for p in placement:
         assert (marks / f"node-{p['worker']}").read_text().strip() == p["node"]
     assert (marks / "term-0").read_text().strip() == "term"
@@ -219,7 +261,8 @@ def test_dead_node_loses_its_gang_which_is_requeued(pool):
     )
     row = server.wait(job, "running", timeout=30)
     wait_logged(server, job, 0, "up", workers=2)
-    victim = next(p["node"] for p in row["placement"] if p["node"] != "n1")
+    victim = next(p["node"] for p in row["placement"] if p["node"] != FIRST_NODES[0])
+    LOST["node"] = victim
     killed = time.monotonic()
     cluster.nodes[victim].raylet().kill()
     row = server.wait(job, lambda j: j["attempt"] >= 1, timeout=10, what="requeued")
@@ -251,12 +294,46 @@ def test_a_node_that_joins_takes_work(pool):
     job = submit(server, "--per-worker", "4", "--", "echo", "hi")
     time.sleep(0.5)
     assert server.job(job)["state"] == "pending"
-    cluster.start("n4", "d4")
-    cluster.wait("n4")
+    joiner = f"{domain_of(LOST['node'])}-1"  # a new node where the dead one was
+    cluster.start(joiner, domain_of(joiner), accelerator=TPU)
+    cluster.wait(joiner)
     wait_nodes(server, 3)
     joined = time.monotonic()
     row = server.wait(job, "succeeded", timeout=30)
-    assert [p["node"] for p in row["placement"]] == ["n4"]
+    assert [p["node"] for p in row["placement"]] == [joiner]
     print(f"node join to job done: {time.monotonic() - joined:.1f}s")
     server.cli("cancel", full, admin=True)
     server.wait(full, "cancelled", timeout=20)
+
+
+def test_kueue_tutorial_jobsets_on_a_six_node_pool_in_three_domains(pool):
+    """The tutorial's three JobSets, as files: 3 slices alone first, then 1 and 2 together."""
+    cluster, server = pool
+    quota = server.state.parent / "quota.toml"
+    quota.write_text(JOBSET_QUOTA)  # reloaded when it changes: the queue becomes a project
+    # Three pools of 2 nodes: a node more in each pool that has one.
+    alive = [n["name"] for n in wait_nodes(server, 3)]
+    for domain in ("pool1", "pool2", "pool3"):
+        if sum(domain_of(name) == domain for name in alive) < 2:
+            name = f"{domain}-2"
+            cluster.start(name, domain, accelerator=TPU)
+            cluster.wait(name)
+    wait_nodes(server, 6)
+    three = submit_jobset(server, 3)
+    server.wait(three, "running", timeout=30)
+    one, two = submit_jobset(server, 1), submit_jobset(server, 2)
+    assert server.job(one)["state"] == server.job(two)["state"] == "pending"  # no pool is free
+    (server.state.parent / "bin" / "GO").touch()
+    job3 = server.wait(three, "succeeded", timeout=60)
+    job1 = server.wait(one, "succeeded", timeout=60)
+    job2 = server.wait(two, "succeeded", timeout=60)
+    assert domains_of(job3) == [{"pool1"}, {"pool2"}, {"pool3"}]
+    for job in (job1, job2):
+        assert job["started_at"] >= job3["finished_at"]
+        assert job["project"] == "multislice-queue"
+        assert job["resources"]["exclusive"] and job["resources"]["per_worker"] == 4
+    # Together: each started before the other finished; between them they hold all 3 pools.
+    assert job1["started_at"] < job2["finished_at"] and job2["started_at"] < job1["finished_at"]
+    slices = domains_of(job1) + domains_of(job2)
+    assert all(len(d) == 1 for d in slices) and set().union(*slices) == {"pool1", "pool2", "pool3"}
+    assert "Global device count: 8" in server.cli("logs", one, admin=True).stdout
