@@ -62,7 +62,7 @@ class RayGang:
         self.pg: Any = None
         self.codes: list[int | None] = [None] * n
         self.live = [False] * n  # the worker's host still runs (or its log is not drained)
-        self.offsets = [self._log_size(i) for i in range(n)]
+        self.offsets = [0] * n  # bytes of each worker's log on its node copied so far
         self.first_failed: int | None = None
         self.outcome: str | None = None
         self.message = ""
@@ -293,13 +293,6 @@ class RayGang:
         if self.pg is not None:
             with contextlib.suppress(Exception):
                 remove_placement_group(self.pg)
-
-    def _log_size(self, index: int) -> int:
-        """Bytes already copied (by an earlier supervisor of this attempt: none, normally)."""
-        try:
-            return self.run.worker_log(index).stat().st_size
-        except FileNotFoundError:
-            return 0
 
 
 def handle_signals(signals: Signals) -> None:
