@@ -371,6 +371,8 @@ class ControlPlane:
         joined = {n.name for n in nodes} - {n.name for n in self.inventory.nodes}
         log.info("nodes: %d (joined: %s; left: %s)", len(nodes), sorted(joined), sorted(gone))
         self.inventory.set_nodes(nodes)
+        self.quota_source.set_pool(self.inventory.types)
+        self.quota = self.quota_source.quota
         self.snap = self._build_snapshot()
         return True
 

@@ -61,6 +61,13 @@ class QuotaSource:
         self._seen = self._signature()
         self.quota = self._load()  # at start a bad file is fatal: raise FormatError
 
+    def set_pool(self, accelerators: list[str]) -> None:
+        """The pool's types changed (a Ray node of a new type joined): later reloads are checked
+        against them, and the default quota (no file) covers them."""
+        self.accelerators = accelerators
+        if self.path is None:
+            self.quota = everything_to_default(accelerators)
+
     def _signature(self) -> tuple[int, int] | None:
         try:
             st = os.stat(self.path)  # type: ignore[arg-type]
