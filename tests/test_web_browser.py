@@ -122,3 +122,16 @@ def test_pool_page_and_offline_docs(page, server):
     page.wait_for_selector(".node .gpu")
     page.goto(server.url + "/docs")
     page.wait_for_selector(".opblock", timeout=30_000)  # Swagger UI, from our own files
+
+
+def test_submit_form_queues_a_batch_job(page, server, user):
+    page.goto(server.url + "/#/submit")
+    page.fill("#submit [name=name]", "from-form")
+    page.fill("#submit [name=command]", "echo hello-from-the-form")
+    page.fill("#submit [name=env]", "GREETING=hi")
+    page.click("#submit button")
+    page.wait_for_selector("h2:has-text('from-form')")
+    page.wait_for_selector("#log:has-text('hello-from-the-form')", timeout=30_000)
+    with server.http(user) as c:
+        job = [j for j in c.get("/v1/jobs").json() if j["name"] == "from-form"][0]
+    assert server.job(job["id"])["env"] == {"GREETING": "hi"}
