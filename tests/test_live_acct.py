@@ -31,15 +31,19 @@ def server(module_servers):
     tok = {u: server.token(u) for u in ("alice", "bob", "carol")}
 
     def submit(user: str, gpus: int, command: str) -> str:
-        args = ("submit", "--per-worker", str(gpus), "--", command)
-        return server.cli(*args, token=tok[user]).stdout.strip()
+        with server.http(tok[user]) as c:
+            spec = {"command": command, "resources": {"per_worker": gpus}}
+            resp = c.post("/v1/jobs", json=spec)
+            assert resp.status_code == 201, resp.text
+            return resp.json()["id"]
 
     # 1 GPU for 1 s and a failure after 1 s fill the pool; the 2-GPU job waits for both.
     short, failing = submit("alice", 1, "sleep 1"), submit("bob", 1, "sleep 1; exit 3")
     wide = submit("alice", 2, "sleep 2")
     server.wait(wide, "running")
     never = submit("carol", 2, "true")  # waits behind the wide job, and is cancelled
-    server.cli("cancel", never, token=tok["carol"])
+    with server.http(tok["carol"]) as c:
+        assert c.post(f"/v1/jobs/{never}/cancel").json()["state"] == "cancelled"  # never ran
     for job in (short, failing, wide):
         server.wait(job, ("succeeded", "failed"))
     server.tokens = tok
