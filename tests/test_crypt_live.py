@@ -321,3 +321,13 @@ def test_rotation_on_s3_rewraps_and_keeps_the_segments(servers, raw, tmp_path):
     ring.write_text(json.dumps(ring_data))
     with fsspec.open(url, "rb", encrypted=fresh, s3=direct) as f:  # the old key is gone
         assert f.read() == data
+
+
+def test_names_that_would_climb_out_of_a_bucket_are_refused(servers):
+    # Encoded, so that the client sends them as they are rather than resolving the dots.
+    for path in ("/ckpt/%2E%2E/other/x", "/ckpt/a/%2E/b", "/%2E%2E/etc/passwd", "/Bad_Bucket!/x"):
+        got = httpx.get(servers["gw"] + path)
+        assert got.status_code == 400, (path, got.status_code)
+        assert b"<Code>Invalid" in got.content
+    gcs = httpx.get(servers["gw"] + "/storage/v1/b/ckpt/o/a%2F..%2F..%2Fx?alt=media")
+    assert gcs.status_code == 400 and "segments" in gcs.json()["error"]["message"]

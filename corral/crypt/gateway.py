@@ -19,6 +19,7 @@ import base64
 import contextlib
 import datetime as dt
 import hashlib
+import re
 import secrets
 import urllib.parse
 import xml.etree.ElementTree as ET
@@ -92,6 +93,24 @@ def _modified(info: dict) -> dt.datetime:
     if isinstance(value, int | float):
         return dt.datetime.fromtimestamp(value, dt.UTC)
     return dt.datetime.now(dt.UTC)
+
+
+BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]")
+
+
+def checked(bucket: str, key: str) -> tuple[str, str]:
+    """The bucket and key, if they name an object inside the backend: a bucket is a plain
+    name (S3 and GCS rules), a key has no '.' or '..' segment (on a file backend those would
+    climb out of the bucket)."""
+    if bucket and not BUCKET_NAME.fullmatch(bucket):
+        raise S3Error(
+            400, "InvalidBucketName", f"bucket names are 3-222 of a-z 0-9 . _ -, got {bucket!r}"
+        )
+    if "\0" in key or any(part in (".", "..") for part in key.split("/")):
+        raise S3Error(
+            400, "InvalidArgument", f"object keys may not hold '.' or '..' segments: {key!r}"
+        )
+    return bucket, key
 
 
 def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
@@ -266,9 +285,9 @@ class Gateway:
         path = path.lstrip("/")
         for domain in {self.domain, "localhost"}:
             if host.endswith("." + domain):
-                return host[: -len(domain) - 1], path
+                return checked(host[: -len(domain) - 1], path)
         bucket, _, key = path.partition("/")
-        return bucket, key
+        return checked(bucket, key)
 
     async def s3(self, request: Request) -> Response:
         bucket, key = self.address(request)

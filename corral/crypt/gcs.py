@@ -23,7 +23,16 @@ from collections.abc import AsyncIterator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from corral.crypt.gateway import Gateway, S3Error, Upload, _etag, _modified, _run, parse_range
+from corral.crypt.gateway import (
+    Gateway,
+    S3Error,
+    Upload,
+    _etag,
+    _modified,
+    _run,
+    checked,
+    parse_range,
+)
 
 MULTIPART_LIMIT = 64 << 20  # a one-request upload is held whole to split it: keep it bounded
 OPEN_UPLOADS = 64  # resumable uploads in progress; beyond, the oldest is dropped
@@ -54,21 +63,21 @@ class GcsApi:
         if kind == "upload":
             if len(rest) != 3 or rest[0] != "b" or rest[2] != "o":
                 raise S3Error(404, "notFound", f"no upload endpoint {raw}")
-            return await self.upload(request, rest[1])
+            return await self.upload(request, checked(rest[1], "")[0])
         if rest == ["b"] and method == "POST":
-            name = (await request.json()).get("name", "")
+            name, _ = checked((await request.json()).get("name") or "-", "")
             await _run(self.gw.raw.makedirs, name, exist_ok=True)
             return JSONResponse({"kind": "storage#bucket", "name": name, "id": name})
         if len(rest) < 2 or rest[0] != "b":
             raise S3Error(404, "notFound", f"no endpoint {raw}")
-        bucket = rest[1]
+        bucket, _ = checked(rest[1], "")
         if len(rest) == 2:
             if not await _run(self.gw.raw.exists, bucket):
                 raise S3Error(404, "notFound", f"no bucket {bucket}")
             return JSONResponse({"kind": "storage#bucket", "name": bucket, "id": bucket})
         if rest[2] != "o":
             raise S3Error(404, "notFound", f"no endpoint {raw}")
-        name = "/".join(rest[3:])
+        _, name = checked(bucket, "/".join(rest[3:]))
         if not name:
             return await self.list(request, bucket)
         path = f"{bucket}/{name}"
@@ -141,6 +150,7 @@ class GcsApi:
             name = meta.get("name") or q.get("name")
             if not name:
                 raise S3Error(400, "required", "a resumable upload needs an object name")
+            checked(bucket, name)
             upload_id = secrets.token_hex(16)
             path = f"{bucket}/{name}"
             if len(self.gw.uploads) >= OPEN_UPLOADS:  # abandoned sessions hold buffers
@@ -195,6 +205,9 @@ class GcsApi:
         if not meta:
             meta_head, _, meta = sections[1].partition(b"\r\n\r\n")
         name = json.loads(meta).get("name") or request.query_params.get("name")
+        if not name:
+            raise S3Error(400, "required", "a multipart upload needs an object name")
+        checked(bucket, name)
         data_part = sections[2]
         sep = b"\r\n\r\n" if b"\r\n\r\n" in data_part else b"\n\n"
         data = data_part.split(sep, 1)[1]
