@@ -93,6 +93,7 @@ class RayGang:
             ray.get(self.pg.ready(), timeout=PLACE_TIMEOUT)
         except ray.exceptions.GetTimeoutError:
             raise NodeLost(f"Ray could not place the gang in {PLACE_TIMEOUT:g}s") from None
+        log.info("placement group ready")
         remote = ray.remote(WorkerActor)
         self.actors = [
             remote.options(
@@ -104,6 +105,7 @@ class RayGang:
         ]
         need = 1 + (self.launch.num_slices > 1)
         ports = self.call(self.actors[0].free_ports.remote(need))
+        log.info("actors up; ports %s on %s", ports, workers[0].node)
         self.launch = replace(
             self.launch,
             master_addr=nodes[workers[0].node].address,
@@ -334,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         if path is None:
             return 0
         redirect_output(path / "supervisor.log")
+        log.info("spare supervisor takes %s", path)
     else:
         path = Path(args[0])
     return supervise(RunDir.from_path(path), signals)
