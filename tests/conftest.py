@@ -59,6 +59,7 @@ class LiveServer:
     user: str | None = None  # run `corral up` as this Unix account (the test runs as root)
     python: list[str] = field(default_factory=lambda: CLI[:1])  # the interpreter to run it
     proc: subprocess.Popen | None = None
+    proxy_port: int = field(default_factory=free_port)  # interactive jobs' origin
     log_path: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -67,6 +68,10 @@ class LiveServer:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def proxy_url(self) -> str:
+        return f"http://127.0.0.1:{self.proxy_port}"
 
     @property
     def admin_token(self) -> str:
@@ -83,6 +88,8 @@ class LiveServer:
             str(self.state),
             "--port",
             str(self.port),
+            "--proxy-port",
+            str(self.proxy_port),
             *self.args,
         ]
         with open(self.log_path, "ab") as log:

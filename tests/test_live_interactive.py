@@ -15,6 +15,7 @@ import uuid
 import httpx
 import pytest
 from conftest import CLI, TEAM_QUOTA, free_port, port_block
+from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 pytestmark = pytest.mark.live
@@ -77,7 +78,7 @@ def notebook(server, alice):
 
 def test_jupyter_through_the_proxy_owner_only(server, alice, notebook):
     job_id, ep = notebook
-    assert ep["url"] == f"{server.url}/j/{job_id}/http/"
+    assert ep["url"] == f"{server.proxy_url}/j/{job_id}/http/"
     status = ep["url"] + "api/status"
     assert httpx.get(status, headers={"Authorization": f"Bearer {alice}"}).status_code == 200
     none = httpx.get(status)
@@ -99,9 +100,9 @@ def test_browser_sign_in_sets_a_path_cookie_and_refuses_cross_site_writes(server
     page = httpx.get(ep["url"] + "api/status", headers={"Accept": "text/html"})
     assert page.status_code == 401 and "location.hash" in page.text  # the sign-in page
     with httpx.Client() as browser:
-        assert browser.post(f"{server.url}/j/{job_id}/_login").status_code == 401
+        assert browser.post(f"{server.proxy_url}/j/{job_id}/_login").status_code == 401
         login = browser.post(
-            f"{server.url}/j/{job_id}/_login", headers={"Authorization": f"Bearer {alice}"}
+            f"{server.proxy_url}/j/{job_id}/_login", headers={"Authorization": f"Bearer {alice}"}
         )
         assert login.status_code == 204
         cookie = login.headers["set-cookie"]
@@ -116,13 +117,35 @@ def test_browser_sign_in_sets_a_path_cookie_and_refuses_cross_site_writes(server
         )
         assert forged.status_code == 403
         assert browser.post(contents, json={"type": "notebook"}).status_code == 403
-        same = browser.post(contents, json={"type": "notebook"}, headers={"Origin": server.url})
+        # The web page's origin is another origin than the proxy's: refused too.
+        page = browser.post(contents, json={"type": "notebook"}, headers={"Origin": server.url})
+        assert page.status_code == 403
+        same = browser.post(
+            contents, json={"type": "notebook"}, headers={"Origin": server.proxy_url}
+        )
         assert same.status_code == 201, same.text
+
+
+def test_the_api_port_serves_no_job_and_the_proxy_port_nothing_else(server, alice, notebook):
+    job_id, ep = notebook
+    auth = {"Authorization": f"Bearer {alice}"}
+    moved = httpx.get(f"{server.url}/j/{job_id}/http/api/status?x=1", headers=auth)
+    assert moved.status_code == 307 and moved.headers["location"] == ep["url"] + "api/status?x=1"
+    assert "version" not in moved.text  # no Jupyter content on the API's origin
+    with pytest.raises(InvalidStatus):  # no WebSocket to a job on the API's port either
+        connect(f"ws://127.0.0.1:{server.port}/j/{job_id}/http/api/events", additional_headers=auth)
+    for path in ("/", "/v1/jobs", "/healthz", "/docs"):
+        other = httpx.get(server.proxy_url + path, headers=auth)
+        assert other.status_code == 404 and "/j/JOB/PORT/" in other.json()["detail"]
+        assert "default-src 'none'" in other.headers["content-security-policy"]
+    # The Host check (DNS rebinding) holds on the proxy's listener too.
+    rebound = httpx.get(ep["url"] + "api/status", headers={**auth, "Host": "evil.example"})
+    assert rebound.status_code == 400
 
 
 def run_in_kernel(server, token: str, job_id: str, code: str, wait: bool = True) -> str:
     """Start a kernel through the proxy and run `code` over its WebSocket; its stdout."""
-    base = f"{server.url}/j/{job_id}/http/api/kernels"
+    base = f"{server.proxy_url}/j/{job_id}/http/api/kernels"
     auth = {"Authorization": f"Bearer {token}"}
     made = httpx.post(base, headers=auth, json={})
     assert made.status_code == 201, made.text
@@ -173,7 +196,9 @@ def test_idle_notebook_is_cancelled_busy_and_used_ones_are_not(server, alice):
     run_in_kernel(server, alice, busy, "import time; time.sleep(120)", wait=False)
     deadline = time.monotonic() + IDLE + 6
     while time.monotonic() < deadline and server.job(idle)["state"] == "running":
-        r = httpx.get(f"{server.url}/j/{used}/http/", headers={"Authorization": f"Bearer {alice}"})
+        r = httpx.get(
+            f"{server.proxy_url}/j/{used}/http/", headers={"Authorization": f"Bearer {alice}"}
+        )
         assert r.status_code in (200, 302), r.status_code
         time.sleep(1)
     done = server.wait(idle, "cancelled", timeout=15)

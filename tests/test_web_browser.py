@@ -20,12 +20,30 @@ if not os.path.exists(CHROMIUM):
 from playwright.sync_api import sync_playwright  # noqa: E402
 
 XSS = "<script>window.pwned=1</script>"
+# A job's page whose script reports what it can read in the browser: a notebook's output, a
+# TensorBoard plugin or any page opened through the proxy could run the same.
+SPY_PAGE = """<!doctype html><title>spy</title><script>
+document.title = "found " + JSON.stringify({storage: {...localStorage}, cookie: document.cookie});
+</script>"""
+SPY_TEMPLATE = """
+- name: spy
+  description: serves a page that looks for the viewer's credentials
+  command: mkdir -p j/{{job}}/http && cp {page} j/{{job}}/http/index.html &&
+    exec {{python}} -m http.server --bind 127.0.0.1 {{port.http}}
+  ports: {{http: http}}
+  ready: ""
+  idle: [proxy]
+"""
 
 
 @pytest.fixture(scope="module")
 def server(module_servers):
     s = module_servers(TEAM_QUOTA, fake_gpus=4, start=False)
-    s.args += ["--port-range", port_block()]
+    page = module_servers.root / "spy.html"
+    page.write_text(SPY_PAGE)
+    templates = module_servers.root / "templates.yaml"
+    templates.write_text(SPY_TEMPLATE.format(page=page))
+    s.args += ["--port-range", port_block(), "--templates", str(templates)]
     return s.start()
 
 
@@ -94,6 +112,20 @@ def test_jupyter_in_two_clicks(page, server, user):
     assert "token" not in nb.url
     nb.wait_for_selector("text=Jupyter Server", timeout=30_000)
     job = nb.url.split("/j/")[1].split("/")[0]
+    server.cli("cancel", job, token=user)
+
+
+def test_a_jobs_page_cannot_read_the_web_pages_token(page, server, user):
+    assert page.evaluate("localStorage.token") == user  # what a script beside the page could read
+    page.click("button[data-template='spy']")
+    link = page.wait_for_selector("a.endpoint[data-ready='1']", timeout=30_000)
+    assert link.get_attribute("href").startswith(server.proxy_url + "/j/")
+    with page.expect_popup() as popup:
+        link.click()  # signs in on the proxy's origin, then loads the job's page
+    spy = popup.value
+    spy.wait_for_function("document.title.startsWith('found')", timeout=30_000)
+    assert spy.title() == 'found {"storage":{},"cookie":""}'  # the session cookie is HttpOnly
+    job = spy.url.split("/j/")[1].split("/")[0]
     server.cli("cancel", job, token=user)
 
 

@@ -68,9 +68,11 @@ def _ssh_endpoint(client: Client, job: str) -> tuple[str, dict]:
     raise AssertionError
 
 
-def _proxy_command(job_id: str, url: str, portable: bool) -> str:
+def _proxy_command(job_id: str, endpoint: dict, portable: bool) -> str:
     """The ProxyCommand: `corral ssh-proxy` (portable, for ~/.ssh/config) or this very
-    Python (so `corral ssh` works from a venv that is not on PATH)."""
+    Python (so `corral ssh` works from a venv that is not on PATH). Its --url is the proxy's
+    origin (`corral up --proxy-port`), taken from the endpoint's URL."""
+    url = endpoint["url"].split("/j/")[0]
     if portable:
         return f"corral ssh-proxy {job_id} --url {url}"
     cli = [sys.executable, "-c", "from corral.cli import main; main()"]
@@ -94,7 +96,7 @@ def ssh(
     argv = [
         binary,
         "-o",
-        f"ProxyCommand={_proxy_command(job_id, client.url, portable=False)}",
+        f"ProxyCommand={_proxy_command(job_id, endpoint, portable=False)}",
         # The host key is made fresh for each job; the tunnel is authenticated by corral.
         "-o",
         "StrictHostKeyChecking=no",
@@ -122,7 +124,7 @@ def ssh_config(
     typer.echo(
         f"Host corral-{job_id}\n"
         f"    User {endpoint['user']}\n"
-        f"    ProxyCommand {_proxy_command(job_id, client.url, portable=True)}\n"
+        f"    ProxyCommand {_proxy_command(job_id, endpoint, portable=True)}\n"
         "    StrictHostKeyChecking no\n"
         "    UserKnownHostsFile /dev/null\n"
     )

@@ -276,6 +276,15 @@ def up(
         "127.0.0.1"
     ),
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port for the API.")] = 8642,
+    proxy_port: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=65535,
+            help="Port for interactive jobs (/j/JOB/PORT/), an origin apart from the web page's"
+            " (default: --port + 1). docs/interactive.md",
+        ),
+    ] = None,
     quota: Annotated[
         Path | None, typer.Option(help="Quota TOML; reloaded when it changes.")
     ] = None,
@@ -347,6 +356,7 @@ def up(
         state_dir=state.expanduser().resolve(),
         host=host,
         port=port,
+        proxy_port=proxy_port,
         quota=quota.resolve() if quota else None,
         fake_gpus=fake_gpus,
         accelerator=accelerator,
@@ -366,8 +376,11 @@ def up(
             "--executor ray: the Ray nodes say what they have; drop --fake-gpus, --accelerator"
             " and --cluster"
         )
+    if settings.proxy in (port, 65536):
+        fail("--proxy-port: give a port other than --port (1-65535)")
     try:
         check_port(host, port)
+        check_port(host, settings.proxy)
         server = Server(settings)
     except (
         StateDirBusy,
@@ -406,7 +419,7 @@ def _announce(server: Any) -> None:
     out = _console(stderr=True, soft_wrap=True)
     out.print(
         f"[bold]corral[/] is up at [cyan]{server.url}[/]  (web page: {server.url}/,"
-        f" API docs: {server.url}/docs)"
+        f" API docs: {server.url}/docs; interactive jobs: {server.settings.proxy_url}/j/)"
     )
     if server.settings.executor == "ray":
         total = sum(n.count for n in nodes)

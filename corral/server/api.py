@@ -381,6 +381,16 @@ def create_app(cp: ControlPlane) -> FastAPI:
     # event loop, skipping a thread-pool hop per request. Handlers that read many rows or
     # files stay sync (FastAPI runs them in its thread pool) so they never stall the loop.
 
+    @app.get("/j/{rest:path}", include_in_schema=False)
+    def moved_to_proxy(request: Request) -> Response:
+        """Interactive jobs are served on the proxy's own origin (docs/interactive.md), never
+        beside the web page; an old link is sent there."""
+        if cp.interactive is None:
+            raise Refused(404, "no interactive jobs here")
+        query = f"?{request.url.query}" if request.url.query else ""
+        location = cp.interactive.proxy_url + request.url.path + query
+        return Response(status_code=307, headers={"Location": location})
+
     @app.get("/healthz", tags=["meta"])
     async def healthz() -> dict[str, Any]:
         return {"ok": True}

@@ -204,12 +204,12 @@ class Interactive:
         state_dir: Path,
         templates: dict[str, Template] | None = None,
         port_range: tuple[int, int] = DEFAULT_PORT_RANGE,
-        public_url: str = "",
+        proxy_url: str = "",
     ):
         self.store = store
         self.templates = templates or dict(BUILTIN)
         self.port_range = port_range
-        self.public_url = public_url.rstrip("/")
+        self.proxy_url = proxy_url.rstrip("/")
         self._secret = _secret(state_dir / "interactive.key")
         self.ports = store.ports()  # job id -> (node, name -> port)
         self._stored = set(self.ports)  # jobs with rows in the ports table
@@ -350,7 +350,7 @@ class Interactive:
         return [
             {
                 "name": name,
-                "url": f"{self.public_url}{base_path(row.id, name)}",
+                "url": f"{self.proxy_url}{base_path(row.id, name)}",
                 "protocol": self.protocol(row.id, name),
                 "node": node,
                 "port": port,

@@ -1,8 +1,11 @@
 """`/j/JOB/PORT/...`: the authenticated way into an interactive job's ports.
 
-It sits in front of the API's HTTP guard (httpguard.py) and applies its Host check, but not
-its 1 MiB body cap or its strict security headers: a notebook upload is bigger, and the
-proxied app (Jupyter) sends its own Content-Security-Policy.
+It is served on its own listener (`corral up --proxy-port`), so the jobs' pages have an origin
+of their own: their scripts cannot read the web page's storage (its token) or call the API
+with the viewer's credentials. Nothing but `/j/...` is answered there. It applies the API's Host
+check (httpguard.py), but not its 1 MiB body cap (a notebook upload is bigger); corral's own
+answers carry the API's strict security headers, and relayed ones nosniff and SAMEORIGIN
+framing unless the app sets its own (Jupyter sends its own Content-Security-Policy).
 
 HTTP and WebSocket are relayed to the job's port on its node; a `tcp` port (sshd) is reached
 by a WebSocket that carries the raw byte stream (`corral ssh` is its ProxyCommand). The rules
@@ -10,10 +13,10 @@ are the API's: the owner of the job and admins only; no credentials is 401, anot
 job 403.
 
 Credentials: the API's bearer token in the Authorization header (scripts), or a cookie
-(browsers). A browser gets its cookie by opening the endpoint's URL with the token in the
-fragment (`#token=...`, never sent to any server): the 401 page's script posts it once, in a
-header, to `/j/JOB/_login`, which sets a random session cookie scoped to `/j/JOB/`
-(HttpOnly, SameSite=Strict). Cookie-authenticated requests that could change something
+(browsers). A browser gets its cookie on the proxy's origin by opening the endpoint's URL with
+the token in the fragment (`#token=...`, never sent to any server): the 401 page's script
+posts it once, in a header, to `/j/JOB/_login`, which sets a random session cookie scoped to
+`/j/JOB/` (HttpOnly, SameSite=Strict). Cookie-authenticated requests that could change something
 (anything but GET/HEAD/OPTIONS, and every WebSocket) must come from this origin (Origin or
 Referer), so another site cannot ride on the cookie. Our credentials never reach the job: the
 Authorization header and our cookie are taken out, and the job's own token is put in.
@@ -36,8 +39,8 @@ import httpx
 
 from corral.server.auth import Principal
 from corral.server.controlplane import ControlPlane, Refused
-from corral.server.httpguard import host_allowed
-from corral.server.interactive import Interactive, base_path
+from corral.server.httpguard import host_allowed, security_headers
+from corral.server.interactive import Interactive
 
 log = logging.getLogger("corral.server")
 
@@ -66,8 +69,8 @@ WS_DROP = HOP_BY_HOP | {
 }
 
 LOGIN_PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>corral</title>
-<meta name="viewport" content="width=device-width, initial-scale=1"></head>
-<body style="font: 14px system-ui, sans-serif; margin: 2em">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>body { font: 14px system-ui, sans-serif; margin: 2em }</style></head><body>
 <p id="msg">Signing in to this job through corral&hellip;</p>
 <noscript>This page needs JavaScript to sign in: it passes your corral token to corral in a
 header, never in the address. Or use the API with <code>Authorization: Bearer TOKEN</code>.
@@ -76,17 +79,22 @@ header, never in the address. Or use the API with <code>Authorization: Bearer TO
 (async () => {
   const msg = document.getElementById("msg");
   const m = location.hash.match(/^#token=(.+)$/);
-  const token = m ? decodeURIComponent(m[1]) : localStorage.token;
   history.replaceState(null, "", location.pathname + location.search);
-  if (!token) {
+  if (!m) {
     msg.textContent = "Open this link from corral's web page (it adds your token).";
     return;
   }
-  const r = await fetch(LOGIN, {method: "POST", headers: {Authorization: "Bearer " + token}});
+  const login = location.pathname.split("/").slice(0, 3).join("/") + "/_login";  // /j/JOB
+  const headers = {Authorization: "Bearer " + decodeURIComponent(m[1])};
+  const r = await fetch(login, {method: "POST", headers});
   if (r.ok) { location.replace(location.pathname + location.search); return; }
   msg.textContent = "corral refused: " + ((await r.json()).detail || r.status);
 })();
 </script></body></html>"""
+# corral's own answers: the login page may run its inline script only, the rest nothing.
+OWN_HEADERS = security_headers(LOGIN_PAGE)
+# Added to a relayed response that lacks them: no MIME sniffing; framed by its own origin only.
+RELAY_HEADERS = ((b"x-content-type-options", b"nosniff"), (b"x-frame-options", b"SAMEORIGIN"))
 
 
 Scope = dict[str, Any]
@@ -146,12 +154,9 @@ def _same_origin(headers: dict[bytes, bytes]) -> bool:
 
 
 class JobProxy:
-    """ASGI wrapper: `/j/...` is served here, everything else by the wrapped app."""
+    """ASGI app for the proxy's own listener: `/j/...` only."""
 
-    def __init__(
-        self, app: Any, cp: ControlPlane, interactive: Interactive, allowed_hosts: Iterable[str]
-    ):
-        self.app = app
+    def __init__(self, cp: ControlPlane, interactive: Interactive, allowed_hosts: Iterable[str]):
         self.cp = cp
         self.interactive = interactive
         self.hosts = frozenset(h.lower() for h in allowed_hosts)
@@ -159,21 +164,23 @@ class JobProxy:
         self._http: httpx.AsyncClient | None = None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] not in ("http", "websocket") or not scope["path"].startswith("/j/"):
-            await self.app(scope, receive, send)
+        if scope["type"] not in ("http", "websocket"):
+            return
+        headers = _headers(scope)
+        if not host_allowed(headers.get(b"host", b"").decode("latin-1"), self.hosts):
+            # The API's rule (httpguard): a DNS-rebinding page must not reach a job either.
+            await self._refuse(scope, send, 400, "Host is not this server (corral up --allow-host)")
             return
         parts = scope["path"].split("/", 4)  # "", "j", job, port, rest
+        if parts[1:2] != ["j"]:
+            await self._refuse(scope, send, 404, "only interactive jobs, /j/JOB/PORT/, are here")
+            return
         if len(parts) < 4 or not parts[2] or not parts[3]:
             await self._refuse(scope, send, 404, "expected /j/JOB/PORT/")
             return
         job_id, port_name = parts[2], parts[3]
         if not JOB_ID.fullmatch(job_id):
             await self._refuse(scope, send, 404, "no such job")
-            return
-        headers = _headers(scope)
-        if not host_allowed(headers.get(b"host", b"").decode("latin-1"), self.hosts):
-            # The API's rule (httpguard): a DNS-rebinding page must not reach a job either.
-            await self._refuse(scope, send, 400, "Host is not this server (corral up --allow-host)")
             return
         try:
             if port_name == "_login" and scope["type"] == "http":
@@ -188,7 +195,7 @@ class JobProxy:
                 raise Refused(404, f"job {row.id} has no port {port_name!r} open (is it running?)")
         except Refused as err:
             if err.status == 401 and _wants_html(scope, headers):
-                await _login_page(send, base_path(job_id, "_login").rstrip("/"))
+                await _login_page(send)
             else:
                 await self._refuse(scope, send, err.status, err.message)
             return
@@ -306,6 +313,7 @@ class JobProxy:
                 for k, v in response.headers.multi_items()
                 if k.lower().encode() not in HOP_BY_HOP - {b"content-length"}
             ]
+            out += [h for h in RELAY_HEADERS if h[0].decode() not in response.headers]
             await send(
                 {"type": "http.response.start", "status": response.status_code, "headers": out}
             )
@@ -417,6 +425,8 @@ def _wants_html(scope: dict[str, Any], headers: dict[bytes, bytes]) -> bool:
 
 async def _respond(send: Any, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
     headers = [*headers, (b"content-length", str(len(body)).encode())]
+    if not any(k == b"content-security-policy" for k, _ in headers):
+        headers += OWN_HEADERS[""]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
@@ -425,13 +435,11 @@ async def _redirect(send: Any, location: str) -> None:
     await _respond(send, 307, b"", [(b"location", location.encode("latin-1"))])
 
 
-async def _login_page(send: Any, login_url: str) -> None:
-    import json
-
-    page = LOGIN_PAGE.replace("LOGIN", json.dumps(login_url)).encode()
+async def _login_page(send: Any) -> None:
     headers = [
         (b"content-type", b"text/html; charset=utf-8"),
         (b"cache-control", b"no-store"),
         (b"referrer-policy", b"no-referrer"),
+        *OWN_HEADERS["/"],
     ]
-    await _respond(send, 401, page, headers)
+    await _respond(send, 401, LOGIN_PAGE.encode(), headers)

@@ -43,6 +43,7 @@ class Settings:
     state_dir: Path
     host: str = "127.0.0.1"
     port: int = 8642
+    proxy_port: int | None = None  # interactive jobs' own origin; default: port + 1
     quota: Path | None = None
     fake_gpus: int | None = None
     accelerator: str | None = None
@@ -58,8 +59,20 @@ class Settings:
 
     @property
     def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return _origin(self.host, self.port)
+
+    @property
+    def proxy(self) -> int:
+        return self.proxy_port or self.port + 1
+
+    @property
+    def proxy_url(self) -> str:
+        return _origin(self.host, self.proxy)
+
+
+def _origin(host: str, port: int) -> str:
+    host = f"[{host}]" if ":" in host else host
+    return f"http://{host}:{port}"
 
 
 def _exit_quietly(_signum: int, _frame: object) -> None:
@@ -154,7 +167,7 @@ def build(settings: Settings) -> ControlPlane:
         settings.state_dir,
         load_templates(settings.templates),
         settings.port_range,
-        public_url=settings.url,
+        proxy_url=settings.proxy_url,
     )
     cp = ControlPlane(
         store,
@@ -216,10 +229,8 @@ class Server:
         protocol = guarded_protocol()
         assert self.cp.interactive is not None
         hosts = (settings.host, *settings.allow_hosts)
-        config = uvicorn.Config(
-            JobProxy(create_asgi(self.cp, hosts), self.cp, self.cp.interactive, hosts),
+        common = dict(
             host=settings.host,
-            port=settings.port,
             log_level="warning",
             access_log=False,
             http=protocol,
@@ -231,7 +242,15 @@ class Server:
             server_header=False,
             timeout_graceful_shutdown=5,
         )
-        self.http = uvicorn.Server(config)
+        self.http = uvicorn.Server(
+            uvicorn.Config(create_asgi(self.cp, hosts), port=settings.port, **common)
+        )
+        # Interactive jobs on a listener of their own: another origin than the web page's.
+        proxy = JobProxy(self.cp, self.cp.interactive, hosts)
+        self.proxy_http = uvicorn.Server(
+            uvicorn.Config(proxy, port=settings.proxy, lifespan="off", **common)
+        )
+        self._proxy_thread: threading.Thread | None = None
         self._thread: threading.Thread | None = None
 
     @property
@@ -239,11 +258,11 @@ class Server:
         return self.settings.url
 
     def run(self) -> None:
-        self._start_loops()
         # uvicorn raises SIGTERM again once it has stopped serving; with the default handler
         # the process would die there, before `close()` folds the WAL into the database.
         signal.signal(signal.SIGTERM, _exit_quietly)
         try:
+            self._start_loops()
             self.http.run()
         finally:
             self.close()
@@ -252,16 +271,11 @@ class Server:
         self.cp.start()
         assert self.cp.interactive is not None
         self.cp.interactive.start(self.cp)
+        self._proxy_thread = _serve(self.proxy_http, "corral-proxy", self.settings.proxy_url)
 
     def start(self, timeout: float = 30.0) -> None:
         self._start_loops()
-        self._thread = threading.Thread(target=self.http.run, name="corral-http", daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self.http.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"the API did not start on {self.url}")
-            time.sleep(0.02)
+        self._thread = _serve(self.http, "corral-http", self.url, timeout)
 
     def shutdown(self) -> None:
         self.http.should_exit = True
@@ -270,6 +284,9 @@ class Server:
         self.close()
 
     def close(self) -> None:
+        self.proxy_http.should_exit = True
+        if self._proxy_thread is not None:
+            self._proxy_thread.join(timeout=10)
         if self.cp.interactive is not None:
             self.cp.interactive.stop()
         self.cp.stop()
@@ -278,3 +295,15 @@ class Server:
             close()  # the Ray executor's helpers; running gangs keep running
         self.cp.store.close()
         os.close(self._lock_fd)
+
+
+def _serve(server: uvicorn.Server, name: str, url: str, timeout: float = 30.0) -> threading.Thread:
+    """Serve from a background thread; back once it listens."""
+    thread = threading.Thread(target=server.run, name=name, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"corral did not start listening on {url}")
+        time.sleep(0.02)
+    return thread
