@@ -5,8 +5,9 @@
 Starts a real `corral up` (4 fake GPUs, temporary state dir) and talks to it over loopback.
 
 1. Start: `POST /v1/jobs {"template": "jupyter"}`, then `GET /j/JOB/http/api/status` through
-   the proxy until it answers 200; the time from sending the submission to that answer, with
-   Jupyter's own start included. p50 and max over --notebooks runs, one at a time.
+   the proxy (its own port, `--proxy-port`) until it answers 200; the time from sending the
+   submission to that answer, with Jupyter's own start included. p50 and max over --notebooks
+   runs, one at a time.
 2. Proxy against direct: on one running Jupyter, --requests sequential small requests
    (`GET api/status`, keep-alive) through the proxy and straight to Jupyter's port (with
    Jupyter's token); p50/p99 latency of each. Then a --mib MiB file downloaded through
@@ -51,8 +52,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(state: Path, workdir: Path) -> tuple[subprocess.Popen, str, str]:
-    port = free_port()
+def start_server(state: Path, workdir: Path) -> tuple[subprocess.Popen, str, str, str]:
+    """The server, its API's URL, its proxy's URL (interactive jobs) and the admin token."""
+    port, proxy_port = free_port(), free_port()
     quota = state.parent / "quota.toml"
     quota.write_text(QUOTA)
     low = random.randrange(20000, 29900, 100)
@@ -65,6 +67,8 @@ def start_server(state: Path, workdir: Path) -> tuple[subprocess.Popen, str, str
         str(state),
         "--port",
         str(port),
+        "--proxy-port",
+        str(proxy_port),
         "--fake-gpus",
         "4",
         "--accelerator",
@@ -84,20 +88,20 @@ def start_server(state: Path, workdir: Path) -> tuple[subprocess.Popen, str, str
         try:
             if httpx.get(url + "/healthz", timeout=1).status_code == 200:
                 token = (state / "admin.token").read_text().strip()
-                return proc, url, token
+                return proc, url, f"http://127.0.0.1:{proxy_port}", token
         except httpx.HTTPError:
             time.sleep(0.1)
     proc.kill()
     raise SystemExit("corral up did not start; see " + str(state.parent / "server.log"))
 
 
-def time_to_reachable(http: httpx.Client, workdir: Path) -> tuple[float, str]:
+def time_to_reachable(http: httpx.Client, proxy: str, workdir: Path) -> tuple[float, str]:
     t0 = time.perf_counter()
     job = http.post("/v1/jobs", json={"template": "jupyter", "workdir": str(workdir)})
     job.raise_for_status()
     job_id = job.json()["id"]
     while True:
-        r = http.get(f"/j/{job_id}/http/api/status")
+        r = http.get(f"{proxy}/j/{job_id}/http/api/status")
         if r.status_code == 200:
             return time.perf_counter() - t0, job_id
         if time.perf_counter() - t0 > 60:
@@ -141,13 +145,13 @@ def main() -> None:
         workdir = root / "work"
         workdir.mkdir()
         (workdir / "blob.bin").write_bytes(os.urandom(args.mib << 20))
-        proc, url, token = start_server(root / "state", workdir)
+        proc, url, proxy, token = start_server(root / "state", workdir)
         auth = {"Authorization": f"Bearer {token}"}
         try:
             with httpx.Client(base_url=url, headers=auth, timeout=60) as http:
                 starts, jobs = [], []
                 for _ in range(args.notebooks):
-                    took, job_id = time_to_reachable(http, workdir)
+                    took, job_id = time_to_reachable(http, proxy, workdir)
                     starts.append(took)
                     jobs.append(job_id)
                     if len(jobs) > 1:  # keep one running for the proxy figures
