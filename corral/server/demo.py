@@ -318,6 +318,7 @@ def run_demo(fast: bool = False, gpus: int = 8, keep: bool = False, console: Con
     settings = Settings(
         state_dir=root / "state",
         port=free_port(),
+        proxy_port=free_port(),
         quota=quota,
         fake_gpus=gpus,
         accelerator="gpu",
