@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator
 from itertools import compress
 from operator import ne
 
+from corral.core import memocheck
 from corral.core.cycle import Cycle, Reservation, SlotCounter
 from corral.core.fit import from_histogram, place
 from corral.core.model import Job, Running
@@ -22,12 +23,22 @@ def plan_reservation(cycle: Cycle, job: Job) -> Reservation | None:
     memoised = not cycle.releasing
     memo = cycle.snap.plan_memo
     if memoised and memo is not None and _same_plan(cycle, job, memo):
-        return Reservation(job, memo.nodes, _due(cycle, memo.releases), memo.held)
+        kept = Reservation(job, memo.nodes, _due(cycle, memo.releases), memo.held)
+        if memocheck.CHECKING:
+            fresh = _plan(cycle, job, [])
+            memocheck.same("reservation plan", _plan_of(kept), _plan_of(fresh))
+        return kept
     released: list[Running] = []
     reservation = _plan(cycle, job, released)
     if memoised and reservation is not None:
         cycle.snap.plan_memo = _memo(cycle, job, reservation, released)
     return reservation
+
+
+def _plan_of(reservation: Reservation | None) -> tuple | None:
+    if reservation is None:
+        return None
+    return (reservation.nodes, reservation.held, reservation.due)
 
 
 def _plan(cycle: Cycle, job: Job, released: list[Running]) -> Reservation | None:

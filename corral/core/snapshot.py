@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from sortedcontainers import SortedKeyList, SortedList
 
+from corral.core import memocheck
 from corral.core.model import Job, Running
 from corral.formats.types import Node, Quota
 
@@ -938,14 +939,19 @@ class Snapshot:
             rooms.clear()
             touched = set(pending.demand)
         for project in touched:
-            least = pending.summary(project).least_demand if project in pending.demand else {}
-            for accel, need in least.items():
-                if self.room_within(project, accel, need):
-                    rooms.add(project)
-                    break
+            if self._has_room(project):
+                rooms.add(project)
             else:
                 rooms.discard(project)
+        if memocheck.CHECKING:
+            fresh = {p for p in pending.demand if self._has_room(p)}
+            memocheck.same("projects with room", rooms, fresh)
         return rooms
+
+    def _has_room(self, project: str) -> bool:
+        pending = self.pending
+        least = pending.summary(project).least_demand if project in pending.demand else {}
+        return any(self.room_within(project, accel, need) for accel, need in least.items())
 
     def room_within(self, project: str, accelerator: str, amount: int) -> bool:
         """Would `amount` more keep the project within its guarantee (see Cycle.room_within)?"""

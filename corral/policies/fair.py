@@ -20,6 +20,7 @@ from typing import ClassVar
 
 from mypy_extensions import mypyc_attr
 
+from corral.core import memocheck
 from corral.core.cycle import Cycle
 from corral.core.model import Job, Running
 from corral.core.policy import Policy, nothing_fits
@@ -415,14 +416,20 @@ class Fair(Policy):
         read = (runs.changes, giver.held, giver.guarantee)
         if found is not None and found[0] is runs and found[1] == read:
             amounts: dict[int, int] = found[2]
+            if memocheck.CHECKING:
+                memocheck.same("fair released " + giver.project, amounts, self._freed(cycle, giver))
         else:
-            amounts = {}
-            for run in self._given(cycle, giver):
-                per = run.job.per_worker
-                for i in run.nodes:
-                    amounts[i] = amounts.get(i, 0) + per
+            amounts = self._freed(cycle, giver)
             memo[which] = (runs, read, amounts)
         giver.released = amounts
+        return amounts
+
+    def _freed(self, cycle: Cycle, giver: _Giver) -> dict[int, int]:
+        amounts: dict[int, int] = {}
+        for run in self._given(cycle, giver):
+            per = run.job.per_worker
+            for i in run.nodes:
+                amounts[i] = amounts.get(i, 0) + per
         return amounts
 
     def _outranked(self, cycle: Cycle, job: Job) -> list[Running]:
@@ -508,6 +515,9 @@ def _givers(cycle: Cycle, accel: str) -> list[_Giver]:
                 giver = _giver(snap, accel, project, cycle.held(project, accel), runs)
             elif project in kept:
                 giver = kept[project]
+                if memocheck.CHECKING:
+                    fresh = _giver(snap, accel, project, snap.held(project, accel), runs)
+                    memocheck.same("fair giver " + project, _giver_of(giver), _giver_of(fresh))
             else:
                 giver = kept[project] = _giver(
                     snap, accel, project, snap.held(project, accel), runs
@@ -532,6 +542,12 @@ def _giver(
     if smallest > held - guarantee + 1e-9:
         return None
     return _Giver(project, float(held), guarantee, smallest, runs)
+
+
+def _giver_of(giver: _Giver | None) -> tuple | None:
+    if giver is None:
+        return None
+    return (giver.project, giver.held, giver.guarantee, giver.smallest, giver.runs)
 
 
 def _kept_givers(snap: Snapshot, accel: str) -> dict[str, _Giver | None]:
@@ -684,6 +700,8 @@ class _Answers:
         found = self.within.get(which)
         if found is None:
             found = self.within[which] = self.cycle.within_guarantee(job)
+        elif memocheck.CHECKING:
+            memocheck.same("fair within", found, self.cycle.within_guarantee(job))
         return found
 
     def may_act(self, job: Job) -> bool:
@@ -691,6 +709,8 @@ class _Answers:
         found = self.act.get(which)
         if found is None:
             found = self.act[which] = self.fair._may_act(self.cycle, job)
+        elif memocheck.CHECKING:
+            memocheck.same("fair may_act", found, self.fair._may_act(self.cycle, job))
         return found
 
     def may_reserve(self, job: Job) -> bool:
@@ -700,6 +720,8 @@ class _Answers:
         found = self.reserve.get(which)
         if found is None:
             found = self.reserve[which] = self.fair.may_reserve(self.cycle, job)
+        elif memocheck.CHECKING:
+            memocheck.same("fair may_reserve", found, self.fair.may_reserve(self.cycle, job))
         return found
 
     def verdict(self, job: Job, within: bool, progress: bool) -> int:
