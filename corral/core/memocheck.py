@@ -1,6 +1,6 @@
 """Check mode for the core's memos: with CORRAL_CHECK_MEMOS=1 in the environment, every
 memoised answer that has a check here is computed again from scratch where it is used, and a
-difference stops the run (MemoMismatch) naming the memo and both answers. Off, each check
+difference stops the run (an AssertionError) naming the memo and both answers. Off, each check
 costs one test of a constant. CI runs the rule and scenario tests once in this mode
 (tests/test_memo_check.py)."""
 
@@ -12,11 +12,7 @@ from typing import Final
 CHECKING: Final = os.environ.get("CORRAL_CHECK_MEMOS") == "1"
 
 
-class MemoMismatch(AssertionError):
-    pass
-
-
 def same(memo: str, kept: object, fresh: object) -> None:
     """Fail loudly unless the memoised answer is the one computed from scratch."""
     if kept != fresh:
-        raise MemoMismatch(f"memo {memo}: kept {kept!r}, from scratch {fresh!r}")
+        raise AssertionError(f"memo {memo}: kept {kept!r}, from scratch {fresh!r}")
