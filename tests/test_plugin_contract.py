@@ -7,11 +7,11 @@ those must fall back to their safe defaults on their own.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Iterator
 
 import pytest
-from simkit import job, load, quota, simulate
+from simkit import load, simulate
+from test_skipped_cycles import workload
 
 from corral.core.cycle import Cycle
 from corral.core.model import Job
@@ -111,35 +111,6 @@ USER = [
     FairReservesBig,
     SrtfNoWake,
 ]
-
-
-def workload(seed: int) -> dict:
-    """Three projects with unequal shares on a small pool; small and whole-node gangs,
-    priorities, some max_runtimes, arrivals spread out so that many come alone."""
-    rng = random.Random(seed)
-    jobs = []
-    t = 0.0
-    for i in range(60):
-        t += rng.choice([0, 5, 30, 60, 120])
-        extra = {}
-        if rng.random() < 0.15:
-            extra["priority"] = rng.choice([-5, 5])
-        if rng.random() < 0.2:
-            extra["max_runtime"] = rng.choice([300, 3000])
-        jobs.append(
-            job(
-                f"j{i:02d}",
-                rng.choice(["a", "a", "b", "c"]),
-                rng.choice([1, 1, 2, 4, 8]),
-                workers=rng.choice([1, 1, 2]),
-                submit=t,
-                duration=rng.choice([60, 200, 600, 2000]),
-                **extra,
-            )
-        )
-    cluster = [{"name": "n{0..3}", "accelerator": "gpu", "count": 8}]
-    q = quota({"a": {"gpu": 2}, "b": {"gpu": 1}, "c": {"gpu": 1}})
-    return {"cluster": cluster, "quota": q, "jobs": jobs}
 
 
 @pytest.mark.parametrize("kind", [Fair, Fifo, Las, Srtf, *USER], ids=lambda k: k.__name__)
