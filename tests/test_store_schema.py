@@ -35,7 +35,6 @@ def _version(db: Path) -> int:
 
 
 @pytest.mark.live
-@pytest.mark.live
 def test_a_state_dir_from_before_versioning_opens_with_its_jobs(live_servers, tmp_path):
     server = live_servers(quota=TEAM_QUOTA, start=False)
     server.args += ["--retention", "36500d"]  # its jobs are from 2023: keep them
