@@ -33,7 +33,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (same as -o js
 
 def exit_code(status: int) -> int:
     """The CLI's exit code for an API error status."""
-    if status in (400, 413, 422):
+    if status in (400, 413, 422, 431):
         return EXIT_USAGE
     if status in (401, 403, 409):
         return EXIT_REFUSED
