@@ -21,7 +21,6 @@ import os
 import struct
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from cryptography.exceptions import InvalidTag
@@ -151,25 +150,10 @@ class Layout:
         return HEADER_SIZE + first * self.stride, HEADER_SIZE + end_plain + (last + 1) * TAG
 
 
-_pool: ThreadPoolExecutor | None = None
-
-
-def _parallel(fn: Callable[[int], None], count: int) -> None:
-    """Run fn(0..count-1), on a shared pool of one thread per core when there is more than
-    one segment (how much the cores add depends on how long the binding holds the GIL)."""
-    global _pool
-    if count == 1 or (os.cpu_count() or 1) == 1:
-        for i in range(count):
-            fn(i)
-        return
-    if _pool is None:
-        _pool = ThreadPoolExecutor(min(8, os.cpu_count() or 1), thread_name_prefix="crypt")
-    for future in [_pool.submit(fn, i) for i in range(count)]:
-        future.result()
-
-
 class ObjectCipher:
-    """Seals and opens the segments of one object."""
+    """Seals and opens the segments of one object, one after another in the calling thread:
+    the binding holds the GIL while it runs, so a pool of threads only adds handoffs (each a
+    wait for a time slice on a loaded machine) and no parallelism."""
 
     def __init__(self, header: Header, data_key: bytes, identity: str) -> None:
         self.header = header
@@ -197,7 +181,8 @@ class ObjectCipher:
                 out[i * stride : i * stride + len(chunk) + TAG],
             )
 
-        _parallel(seal, count)
+        for i in range(count):
+            seal(i)
         return len(plain) + TAG * count
 
     def open_batch(
@@ -222,7 +207,8 @@ class ObjectCipher:
             except InvalidTag:
                 raise self._failure(index, total_segments) from None
 
-        _parallel(open_, count)
+        for i in range(count):
+            open_(i)
         return len(cipher) - TAG * count
 
     def _failure(self, index: int, total: int) -> IntegrityError:
@@ -280,10 +266,15 @@ class SegmentWriter:
     def write(self, data: bytes | bytearray | memoryview) -> int:
         view = memoryview(data).cast("B")
         taken = 0
+        batch = len(self._plain)
         while taken < len(view):
-            if self._fill == len(self._plain):
+            if self._fill == batch:
                 # Flushed only once more data comes: the batch holding the end is final.
                 self._flush(final=False)
+            if self._fill == 0 and len(view) - taken > batch:  # more follows: not final
+                self._seal(view[taken : taken + batch], final=False)  # no staging copy
+                taken += batch
+                continue
             n = min(len(view) - taken, len(self._plain) - self._fill)
             self._plain[self._fill : self._fill + n] = view[taken : taken + n]
             self._fill += n
@@ -298,14 +289,12 @@ class SegmentWriter:
             _BUFFERS.give(self._plain, self._out)
 
     def _flush(self, final: bool) -> None:
-        n = self.cipher.seal_batch(
-            memoryview(self._plain)[: self._fill],
-            memoryview(self._out),
-            self._next_segment,
-            final,
-        )
-        self._next_segment += self._fill // self.cipher.layout.segment_size
+        self._seal(memoryview(self._plain)[: self._fill], final)
         self._fill = 0
+
+    def _seal(self, plain: memoryview, final: bool) -> None:
+        n = self.cipher.seal_batch(plain, memoryview(self._out), self._next_segment, final)
+        self._next_segment += len(plain) // self.cipher.layout.segment_size
         self.sink(memoryview(self._out)[:n])
 
 
