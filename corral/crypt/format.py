@@ -211,6 +211,25 @@ class ObjectCipher:
             open_(i)
         return len(cipher) - TAG * count
 
+    def open_in_place(self, blob: bytearray, plain_size: int) -> None:
+        """Decrypt a whole object's ciphertext (header included) where it lies, moving each
+        segment's plaintext down over the header and tags; the caller then cuts `blob` to
+        `plain_size`. (OpenSSL's GCM decrypts with its output exactly over its input.)"""
+        size, stride = self.layout.segment_size, self.layout.stride
+        total = self.layout.segments(plain_size)
+        with memoryview(blob) as view:
+            for index in range(total):
+                start = HEADER_SIZE + index * stride
+                chunk = view[start : min(start + stride, len(blob))]
+                try:
+                    self._aead.decrypt_into(
+                        self._nonce(index, index == total - 1), chunk, self._aad, chunk[:-TAG]
+                    )
+                except InvalidTag:
+                    raise self._failure(index, total) from None
+                view[index * size : index * size + len(chunk) - TAG] = chunk[:-TAG]
+                chunk.release()
+
     def _failure(self, index: int, total: int) -> IntegrityError:
         return IntegrityError(
             f"{self.identity}: segment {index} of {total} fails authentication: the object was"
@@ -308,8 +327,14 @@ def seal_whole(cipher: ObjectCipher, data: bytes | bytearray | memoryview) -> by
 
 
 def open_whole(cipher: ObjectCipher, blob: bytes | bytearray | memoryview) -> bytearray:
-    """The plaintext of a whole object's ciphertext (header included), in one buffer."""
+    """The plaintext of a whole object's ciphertext (header included), in one buffer: a
+    bytearray is decrypted in place and returned, so a read holds one object-sized buffer as a
+    plain read does (a second one makes glibc give the memory back and fault it in anew)."""
     plain_size = cipher.layout.plain_size(len(blob), cipher.identity)
+    if isinstance(blob, bytearray):
+        cipher.open_in_place(blob, plain_size)
+        del blob[plain_size:]
+        return blob
     out = bytearray(plain_size)
     body = memoryview(blob)[HEADER_SIZE:]
     cipher.open_batch(body, memoryview(out), 0, cipher.layout.segments(plain_size))

@@ -154,7 +154,7 @@ class EncryptedFileSystem(ChainedFileSystem):
     def cat_file(self, path, start=None, end=None, **kwargs):
         path = self._target(path)
         if not start and end is None:  # the whole object: one read, as a plain one takes
-            blob = self.fs.cat_file(path, **kwargs)
+            blob = self._read_whole(path, **kwargs)
             header = parse_header(blob, path)
             if header is None:
                 return self._plaintext(path, blob)
@@ -170,6 +170,19 @@ class EncryptedFileSystem(ChainedFileSystem):
                 cipher, lambda a, b: self.fs.cat_file(path, start=a, end=b), size, start, end
             )
         )
+
+    def _read_whole(self, path: str, **kwargs) -> bytes | bytearray:
+        """The object's bytes; from a local disk into a bytearray, to be decrypted in place."""
+        if not _is_local(self.fs):
+            return self.fs.cat_file(path, **kwargs)
+        with open(_local_path(self.fs, path), "rb", buffering=0) as file:
+            blob = bytearray(os.fstat(file.fileno()).st_size)
+            with memoryview(blob) as view:
+                got = 0
+                while got < len(blob) and (n := file.readinto(view[got:])):
+                    got += n
+        del blob[got:]  # the file shrank meanwhile: the format's checks refuse what is left
+        return blob
 
     def _open(self, path, mode="rb", block_size=None, autocommit=True, cache_options=None, **kw):
         path = self._target(path)
@@ -263,6 +276,11 @@ def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
     return "file" in _protocols(getattr(fs, "fs", None) or fs)
 
 
+def _local_path(fs: fsspec.AbstractFileSystem, path: str) -> str:
+    """The file behind `path` on a local disk, or on a directory of one (the gateway's)."""
+    return fs._join(path) if hasattr(fs, "_join") else fs._strip_protocol(path)
+
+
 def _version_tag(info: dict) -> Any:
     for key in ("ETag", "etag", "generation", "mtime", "LastModified", "updated"):
         if key in info:
@@ -322,7 +340,7 @@ class AtomicWriter:
     def __init__(self, fs: fsspec.AbstractFileSystem, path: str, **kwargs: Any) -> None:
         self._local = _is_local(fs)
         if self._local:
-            self._path = fs._join(path) if hasattr(fs, "_join") else fs._strip_protocol(path)
+            self._path = _local_path(fs, path)
             folder, name = os.path.split(self._path)
             os.makedirs(folder, exist_ok=True)
             fd, self._temp = tempfile.mkstemp(dir=folder, prefix=f".{name}.")
