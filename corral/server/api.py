@@ -148,7 +148,11 @@ _GUARD_ERRORS: dict[int | str, dict[str, Any]] = {
 def _one_line(err: RequestValidationError) -> str:
     first = err.errors()[0] if err.errors() else {"loc": (), "msg": "invalid request"}
     where = ".".join(str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path"))
-    return f"{where}: {first.get('msg', 'invalid')}" if where else str(first.get("msg"))
+    msg = str(first.get("msg", "invalid"))
+    given = first.get("input")
+    if isinstance(given, str | int | float) and not isinstance(given, bool):
+        msg += f", got {str(given)[:80]!r}"
+    return f"{where}: {msg}" if where else msg
 
 
 _bearer = HTTPBearer(auto_error=False, description="a token from `corral token create`")
