@@ -386,7 +386,7 @@ def create_app(cp: ControlPlane) -> FastAPI:
     # files stay sync (FastAPI runs them in its thread pool) so they never stall the loop.
 
     @app.get("/j/{rest:path}", include_in_schema=False)
-    def moved_to_proxy(request: Request) -> Response:
+    async def moved_to_proxy(request: Request) -> Response:
         """Interactive jobs are served on the proxy's own origin (docs/interactive.md), never
         beside the web page; an old link is sent there."""
         if cp.interactive is None:

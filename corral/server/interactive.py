@@ -3,9 +3,10 @@
 An interactive job is one worker that serves something a person uses (Jupyter, TensorBoard,
 sshd). corral gives each named port of the job a port on its node from a configured range,
 records it in the store (so ports stay unique per node across a control-plane restart), and
-writes it into the job's command and environment. Nobody reaches the port directly: the API
-proxies `/j/JOB/PORT/` (proxy.py) with its own authentication, and adds the job's own secret
-(`{token}`: Jupyter's token) on the way in, so the app is never open to others on the node.
+writes it into the job's command and environment. Nobody reaches the port directly: corral's
+proxy serves `/j/JOB/PORT/` (proxy.py, on a port of its own: another origin than the web
+page's) with the API's authentication, and adds the job's own secret (`{token}`: Jupyter's
+token) on the way in, so the app is never open to others on the node.
 
 Idleness: a job is active while any of its template's signals is recent: traffic through the
 proxy, Jupyter's last_activity or a busy kernel, an open SSH tunnel, GPU utilisation (NVML).
