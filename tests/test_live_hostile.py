@@ -433,6 +433,7 @@ def test_a_quota_naming_no_accelerator_of_the_pool_is_refused_at_start(tmp_path)
     quota.write_text(QUOTA.replace("gpu = 0.5", "h100 = 0.5"))
     done = subprocess.run(
         [*CLI, "up", "--state", str(tmp_path / "s"), "--port", str(free_port())]
+        + ["--proxy-port", str(free_port())]
         + ["--fake-gpus", "2", "--accelerator", "gpu", "--quota", str(quota)],
         capture_output=True,
         text=True,

@@ -286,6 +286,7 @@ def test_admin_templates_limits_and_bad_input(server, alice, tmp_path):
     bad.write_text("- name: x\n  command: run {port.web}\n  idle: [sometimes]\n")
     done = subprocess.run(
         [*CLI, "up", "--state", str(tmp_path / "s"), "--port", str(free_port())]
+        + ["--proxy-port", str(free_port())]
         + ["--templates", str(bad)],
         capture_output=True,
         text=True,
