@@ -28,17 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from corral.executors.base import (
-    FAILED,
     LOST,
-    SUCCEEDED,
     TERMINATED,
-    TIMEOUT,
     AttemptExit,
     Launch,
 )
 from corral.executors.ray_inventory import alive_nodes, connect
 from corral.executors.rundir import ProcessRef, RunDir, read_json, write_json_atomic
-from corral.executors.supervisor import KILL_WAIT, Signals, claim, record_failure
+from corral.executors.supervisor import Gang, Signals, claim, record_failure
 
 log = logging.getLogger("corral.ray.supervisor")
 
@@ -52,23 +49,14 @@ class NodeLost(Exception):
     """A node the gang needs is gone (or its bundle cannot be placed): the attempt is lost."""
 
 
-class RayGang:
+class RayGang(Gang):
     def __init__(self, run: RunDir, launch: Launch, signals: Signals) -> None:
-        self.run = run
-        self.launch = launch
-        self.signals = signals
+        super().__init__(run, launch, signals)
         n = len(launch.workers)
         self.actors: list[Any] = []
         self.pg: Any = None
-        self.codes: list[int | None] = [None] * n
         self.live = [False] * n  # the worker's host still runs (or its log is not drained)
         self.offsets = [0] * n  # bytes of each worker's log on its node copied so far
-        self.first_failed: int | None = None
-        self.outcome: str | None = None
-        self.message = ""
-        self.kill_at = 0.0
-        self.give_up_at: float | None = None
-        self.deadline: float | None = None
 
     # --- placing ----------------------------------------------------------------------------
 
@@ -195,63 +183,12 @@ class RayGang:
             self.kill_at = time.monotonic()
             self.signal_all(signal.SIGKILL)  # a lost gang is requeued: no grace to wait for
 
-    def record_exit(self, index: int, code: int) -> None:
-        self.codes[index] = code
-        log.info("worker %d exited with %d", index, code)
-        if code != 0 and self.outcome is None and self.first_failed is None:
-            self.first_failed = index
-
-    def advance(self) -> None:
-        if self.outcome is None:
-            outcome = self.natural_outcome()
-            if outcome is not None:
-                self.stop(outcome, self.launch.grace)
-        if self.signals.stop_requested:
-            self.signals.stop_requested = False
-            self.stop(TERMINATED, self.requested_grace())
-        if (
-            self.outcome is not None
-            and self.give_up_at is None
-            and time.monotonic() >= self.kill_at
-        ):
-            log.info("grace over: SIGKILL to the gang")
-            self.signal_all(signal.SIGKILL)
-            self.give_up_at = time.monotonic() + KILL_WAIT
-
-    def natural_outcome(self) -> str | None:
-        if self.first_failed is not None:
-            return FAILED
-        if all(code == 0 for code in self.codes):
-            return SUCCEEDED
-        if self.deadline is not None and time.monotonic() >= self.deadline:
-            return TIMEOUT
-        return None
-
-    def requested_grace(self) -> float:
-        grace = (read_json(self.run.file("stop.json")) or {}).get("grace")
-        return self.launch.grace if grace is None else float(grace)
-
-    def stop(self, outcome: str, grace: float) -> None:
-        now = time.monotonic()
-        if self.outcome is not None and self.kill_at:
-            self.kill_at = min(self.kill_at, now + grace)
-            return
-        self.outcome = self.outcome or outcome
-        self.kill_at = now + grace
-        self.signal_all(signal.SIGTERM)
-        log.info("gang %s; SIGTERM to the workers, SIGKILL in %.1fs", self.outcome, grace)
-
     def signal_all(self, sig: int) -> None:
         for i, actor in enumerate(self.actors):
             if self.live[i]:
                 actor.signal.remote(int(sig))
 
-    def settled(self) -> bool:
-        if self.outcome is None:
-            return False
-        if self.give_up_at is not None and time.monotonic() >= self.give_up_at:
-            log.warning("workers survive SIGKILL (uninterruptible?); recording anyway")
-            return True
+    def workers_gone(self) -> bool:
         return not any(self.live)
 
     def sleep(self) -> None:
@@ -262,25 +199,8 @@ class RayGang:
                     pass
 
     def finish(self) -> AttemptExit:
-        assert self.outcome is not None
-        exit_code = None
-        if self.outcome == SUCCEEDED:
-            exit_code = 0
-        elif self.outcome == FAILED and self.first_failed is not None:
-            exit_code = self.codes[self.first_failed]
-        result = AttemptExit(
-            job_id=self.launch.job_id,
-            attempt=self.launch.attempt,
-            outcome=self.outcome,
-            exit_code=exit_code,
-            worker_codes=list(self.codes),
-            finished_at=time.time(),
-            message=self.message,
-        )
         self.release()
-        write_json_atomic(self.run.file("status.json"), result.to_dict())
-        log.info("attempt %s: exit code %s, workers %s", result.outcome, exit_code, self.codes)
-        return result
+        return self.record_result()
 
     def release(self) -> None:
         """The actors and the placement group go (their hosts have exited, or die with them)."""

@@ -12,6 +12,7 @@ escaped its group with setsid is still found among our descendants and killed at
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import ctypes
 import logging
@@ -75,21 +76,118 @@ class Signals:
         return signals
 
 
-class Supervisor:
+class Gang(abc.ABC):
+    """When a gang's attempt is over and with what outcome: what the local supervisor and the
+    Ray one share. A subclass starts the workers, calls record_exit as each one ends, and says
+    how to signal the workers that are left (signal_all) and whether any is (workers_gone)."""
+
     def __init__(self, run: RunDir, launch: Launch, signals: Signals) -> None:
         self.run = run
         self.launch = launch
         self.signals = signals
+        self.codes: list[int | None] = [None] * len(launch.workers)
+        self.first_failed: int | None = None
+        self.outcome: str | None = None  # set when the gang starts stopping
+        self.message = ""  # why, when the attempt ended for a reason of corral's
+        self.kill_at = 0.0  # monotonic time to SIGKILL the workers, once stopping
+        self.give_up_at: float | None = None  # set once SIGKILL was sent
+        self.deadline: float | None = None  # monotonic end of max_runtime
+
+    @abc.abstractmethod
+    def signal_all(self, sig: int) -> None:
+        """Send sig to every worker still there, and to what it started."""
+
+    @abc.abstractmethod
+    def workers_gone(self) -> bool:
+        """No worker, nor anything it started, is left."""
+
+    def record_exit(self, index: int, code: int) -> None:
+        self.codes[index] = code
+        log.info("worker %d exited with %d", index, code)
+        # Exits after the gang started stopping are our own kills, not the cause.
+        if code != 0 and self.outcome is None and self.first_failed is None:
+            self.first_failed = index
+
+    def advance(self) -> None:
+        if self.outcome is None:
+            outcome = self.natural_outcome()
+            if outcome is not None:
+                self.stop(outcome, self.launch.grace)
+        if self.signals.stop_requested:
+            # After the natural outcome: a gang that already ended on its own ended that way.
+            self.signals.stop_requested = False
+            self.stop(TERMINATED, self.requested_grace())
+        if (
+            self.outcome is not None
+            and self.give_up_at is None
+            and time.monotonic() >= self.kill_at
+        ):
+            log.info("grace over: SIGKILL to the gang")
+            self.signal_all(signal.SIGKILL)
+            self.give_up_at = time.monotonic() + KILL_WAIT
+
+    def natural_outcome(self) -> str | None:
+        if self.first_failed is not None:
+            return FAILED
+        if all(code == 0 for code in self.codes):
+            # Every worker exited 0; whatever they left behind is still stopped.
+            return SUCCEEDED
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            return TIMEOUT
+        return None
+
+    def requested_grace(self) -> float:
+        grace = (read_json(self.run.file("stop.json")) or {}).get("grace")
+        return self.launch.grace if grace is None else float(grace)
+
+    def stop(self, outcome: str, grace: float) -> None:
+        now = time.monotonic()
+        if self.outcome is not None and self.kill_at:
+            # Already stopping; a repeated request may only make the wait shorter.
+            self.kill_at = min(self.kill_at, now + grace)
+            return
+        self.outcome = self.outcome or outcome  # an outcome of corral's (lost) stands
+        self.kill_at = now + grace
+        self.signal_all(signal.SIGTERM)
+        log.info("gang %s; SIGTERM to the workers, SIGKILL in %.1fs", self.outcome, grace)
+
+    def settled(self) -> bool:
+        if self.outcome is None:
+            return False
+        if self.give_up_at is not None and time.monotonic() >= self.give_up_at:
+            log.warning("workers survive SIGKILL (uninterruptible?); recording anyway")
+            return True
+        return self.workers_gone()
+
+    def record_result(self) -> AttemptExit:
+        """Write the attempt's status.json, which tells the control plane it is over."""
+        assert self.outcome is not None  # settled() holds
+        exit_code = None
+        if self.outcome == SUCCEEDED:
+            exit_code = 0
+        elif self.outcome == FAILED and self.first_failed is not None:
+            exit_code = self.codes[self.first_failed]
+        result = AttemptExit(
+            job_id=self.launch.job_id,
+            attempt=self.launch.attempt,
+            outcome=self.outcome,
+            exit_code=exit_code,
+            worker_codes=list(self.codes),
+            finished_at=time.time(),
+            message=self.message,
+        )
+        write_json_atomic(self.run.file("status.json"), result.to_dict())
+        log.info("attempt %s: exit code %s, workers %s", result.outcome, exit_code, self.codes)
+        return result
+
+
+class Supervisor(Gang):
+    def __init__(self, run: RunDir, launch: Launch, signals: Signals) -> None:
+        super().__init__(run, launch, signals)
         n = len(launch.workers)
         self.procs: list[subprocess.Popen[bytes] | None] = [None] * n
         self.refs: list[ProcessRef] = []  # started workers = their process groups
-        self.codes: list[int | None] = [None] * n
         self.running: dict[int, int] = {}  # pid -> worker index, until reaped
-        self.first_failed: int | None = None
-        self.outcome: str | None = None  # set when the gang starts stopping
-        self.kill_at = 0.0  # monotonic time to SIGKILL the groups, once stopping
-        self.give_up_at: float | None = None  # set once SIGKILL was sent
-        self.deadline: float | None = None
         self.crypt_proxy: subprocess.Popen[bytes] | None = None
 
     # --- starting ---------------------------------------------------------------------------
@@ -187,67 +285,15 @@ class Supervisor:
                 self.record_exit(index, os.waitstatus_to_exitcode(status))
 
     def record_exit(self, index: int, code: int) -> None:
-        self.codes[index] = code
         proc = self.procs[index]
         if proc is not None:
             proc.returncode = code  # we reaped it; Popen must not wait for it again
-        log.info("worker %d exited with %d", index, code)
-        # Exits after the gang started stopping are our own kills, not the cause.
-        if code != 0 and self.outcome is None and self.first_failed is None:
-            self.first_failed = index
+        super().record_exit(index, code)
 
-    def advance(self) -> None:
-        if self.outcome is None:
-            outcome = self.natural_outcome()
-            if outcome is not None:
-                self.stop(outcome, self.launch.grace)
-        if self.signals.stop_requested:
-            # After the natural outcome: a gang that already ended on its own ended that way.
-            self.signals.stop_requested = False
-            self.stop(TERMINATED, self.requested_grace())
-        if (
-            self.outcome is not None
-            and self.give_up_at is None
-            and time.monotonic() >= self.kill_at
-        ):
-            log.info("grace over: SIGKILL to the gang")
-            kill_groups(self.refs, signal.SIGKILL)
-            self.give_up_at = time.monotonic() + KILL_WAIT
+    def signal_all(self, sig: int) -> None:
+        kill_groups(self.refs, sig)
 
-    def natural_outcome(self) -> str | None:
-        if self.first_failed is not None:
-            return FAILED
-        if all(code == 0 for code in self.codes):
-            # Every worker exited 0; whatever they left in their groups is still stopped.
-            return SUCCEEDED
-        if self.deadline is not None and time.monotonic() >= self.deadline:
-            return TIMEOUT
-        return None
-
-    def requested_grace(self) -> float:
-        request = read_json(self.run.file("stop.json")) or {}
-        grace = request.get("grace")
-        return self.launch.grace if grace is None else float(grace)
-
-    def stop(self, outcome: str, grace: float) -> None:
-        now = time.monotonic()
-        if self.outcome is not None:
-            # Already stopping; a repeated request may only make the wait shorter.
-            self.kill_at = min(self.kill_at, now + grace)
-            return
-        self.outcome = outcome
-        self.kill_at = now + grace
-        signalled = sum(ref.signal_group(signal.SIGTERM) for ref in self.refs)
-        log.info(
-            "gang %s; SIGTERM to %d process groups, SIGKILL in %.1fs", outcome, signalled, grace
-        )
-
-    def settled(self) -> bool:
-        if self.outcome is None:
-            return False
-        if self.give_up_at is not None and time.monotonic() >= self.give_up_at:
-            log.warning("processes survive SIGKILL (uninterruptible?); recording anyway")
-            return True
+    def workers_gone(self) -> bool:
         return not self.running and not any(ref.group_exists() for ref in self.refs)
 
     def sleep(self) -> None:
@@ -267,23 +313,7 @@ class Supervisor:
             cryptproxy.stop(self.crypt_proxy)
         kill_escaped_descendants()
         self.reap()
-        assert self.outcome is not None  # settled() holds
-        exit_code = None
-        if self.outcome == SUCCEEDED:
-            exit_code = 0
-        elif self.outcome == FAILED and self.first_failed is not None:
-            exit_code = self.codes[self.first_failed]
-        result = AttemptExit(
-            job_id=self.launch.job_id,
-            attempt=self.launch.attempt,
-            outcome=self.outcome,
-            exit_code=exit_code,
-            worker_codes=list(self.codes),
-            finished_at=time.time(),
-        )
-        write_json_atomic(self.run.file("status.json"), result.to_dict())
-        log.info("attempt %s: exit code %s, workers %s", result.outcome, exit_code, self.codes)
-        return result
+        return self.record_result()
 
 
 def start_worker_process(
