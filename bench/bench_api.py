@@ -40,23 +40,9 @@ from pathlib import Path
 
 import httpx
 import psutil
+from live_pool import free_port, one_project_quota
 
-QUOTA = """
-[toml-schema]
-version = "1"
-[project_membership]
-bench = [".*"]
-[project_resources.bench]
-gpu = 1.0
-[scheduler]
-preempt_grace = "1s"
-"""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+QUOTA = one_project_quota("bench")
 
 
 class Server:

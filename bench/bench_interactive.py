@@ -24,7 +24,6 @@ import json
 import os
 import random
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -33,23 +32,9 @@ import time
 from pathlib import Path
 
 import httpx
+from live_pool import free_port, one_project_quota
 
-QUOTA = """
-[toml-schema]
-version = "1"
-[project_membership]
-bench = [".*"]
-[project_resources.bench]
-gpu = 1.0
-[scheduler]
-preempt_grace = "1s"
-"""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+QUOTA = one_project_quota("bench")
 
 
 def start_server(state: Path, workdir: Path) -> tuple[subprocess.Popen, str, str, str]:

@@ -31,7 +31,6 @@ import multiprocessing
 import os
 import random
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -42,24 +41,10 @@ from pathlib import Path
 
 import httpx
 import psutil
+from live_pool import free_port, one_project_quota
 
-QUOTA = """
-[toml-schema]
-version = "1"
-[project_membership]
-soak = [".*"]
-[project_resources.soak]
-gpu = 1.0
-[scheduler]
-preempt_grace = "1s"
-"""
+QUOTA = one_project_quota("soak")
 COMMANDS = ["true", "sleep 0.5", "sleep 2", "echo hello; sleep 1", "exit 1"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:
