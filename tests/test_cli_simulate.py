@@ -123,7 +123,7 @@ def test_trace_two_policies_out_dir(tmp_path: Path) -> None:
     trace = philly_csv(tmp_path / "philly.csv")
     out, summary = tmp_path / "results", tmp_path / "summary.json"
     args = ["--trace", trace, "--cluster", "4x8:v100", "--policy", "fair,fifo"]
-    table = ok(corral(*args, "--out", out, "--summary", summary)).stdout
+    table = ok(corral(*args, "--out", out, "--summary", summary, "--processes", "2")).stdout
     for label in ("fair", "fifo", "preemptions", "JCT p99", "wait mean", "utilisation"):
         assert label in table
     assert "sim jobs/s" in table and "sim wall time" in table
@@ -141,6 +141,30 @@ def test_trace_two_policies_out_dir(tmp_path: Path) -> None:
     comparison = json.loads((out / "comparison.json").read_text())
     assert set(comparison) == {"fair", "fifo"}
     assert all(s["finished"] == 30 for s in comparison.values())
+    assert "longest starved" in table and "first wait mean" in table
+    assert (out / "starved.png").read_bytes().startswith(PNG_MAGIC)
+
+    # The two policies ran in two processes; one after another, they write the same files.
+    again = tmp_path / "in_series"
+    ok(corral(*args, "--out", again, "--processes", "1"))
+    assert_same_outputs(out, again)
+    bad = corral(*args, "--processes", "0")
+    assert bad.returncode != 0 and "--processes: must be >= 1" in bad.stderr
+
+
+def assert_same_outputs(one: Path, other: Path) -> None:
+    """The same files with the same bytes, but for the engine's timings in the summaries."""
+    names = sorted(p.relative_to(one) for p in one.rglob("*") if p.is_file())
+    assert names == sorted(p.relative_to(other) for p in other.rglob("*") if p.is_file())
+    for name in names:
+        if name.suffix != ".json":
+            assert (one / name).read_bytes() == (other / name).read_bytes(), name
+            continue
+        summaries = [json.loads((d / name).read_text()) for d in (one, other)]
+        for s in summaries:
+            for summary in s.values() if "policy" not in s else [s]:
+                del summary["sim_wall_s"], summary["sim_jobs_per_s"]
+        assert summaries[0] == summaries[1], name
 
 
 def test_synthetic_workload_and_own_policy(tmp_path: Path) -> None:

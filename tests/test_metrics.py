@@ -69,14 +69,16 @@ LOG = [
 def test_job_table_by_hand():
     rows = {r.name: r for r in job_table(LOG, INFOS)}
     a, b, c, d = rows["a"], rows["b"], rows["c"], rows["d"]
-    # a: submit 0, start 0, finish 135 -> wait 0, JCT 135; ran 0-20 and 55-135 = 100 s.
+    # a: submit 0, start 0, preempted 20, resumed 55, finish 135 -> wait 0 + 35 (pending from
+    # the preemption to the resume), first wait 0, JCT 135; ran 0-20 and 55-135 = 100 s.
     assert (a.state, a.start, a.finish, a.wait, a.jct, a.run_time, a.preemptions) == (
-        "finished", 0, 135, 0, 135, 100, 1
+        "finished", 0, 135, 35, 135, 100, 1
     )  # fmt: skip
+    assert a.first_wait == 0
     # b: submit 10, start 10, finish 60 -> wait 0, JCT 50, ran 50 s.
     assert (b.wait, b.jct, b.run_time, b.preemptions) == (0, 50, 50, 0)
     # c: submit 20, start 25, finish 55 -> wait 5, JCT 35, ran 30 s.
-    assert (c.wait, c.jct, c.run_time) == (5, 35, 30)
+    assert (c.wait, c.first_wait, c.jct, c.run_time) == (5, 5, 35, 30)
     # d: rejected at 70, never started.
     assert (d.state, d.start, d.finish, d.end, d.wait, d.jct, d.run_time) == (
         "rejected", None, None, 70, None, None, 0
@@ -93,25 +95,86 @@ def test_summary_by_hand():
     assert s["jct"]["p50"] == 50
     assert s["jct"]["p95"] == pytest.approx(126.5)
     assert s["jct"]["p99"] == pytest.approx(133.3)
-    # Waits 0, 0, 5 (d never started): mean 5/3, p95 at rank 1.9 = 0 + 0.9 x 5 = 4.5.
-    assert s["wait"]["mean"] == pytest.approx(5 / 3)
-    assert s["wait"]["p50"] == 0 and s["wait"]["p95"] == pytest.approx(4.5)
+    # Waits 35, 0, 5 (d never started): mean 40/3, p95 at rank 1.9 = 5 + 0.9 x 30 = 32.
+    assert s["wait"]["mean"] == pytest.approx(40 / 3)
+    assert s["wait"]["p50"] == 5 and s["wait"]["p95"] == pytest.approx(32)
+    # First waits 0, 0, 5: mean 5/3, p95 at rank 1.9 = 0 + 0.9 x 5 = 4.5.
+    assert s["first_wait"]["mean"] == pytest.approx(5 / 3)
+    assert s["first_wait"]["p95"] == pytest.approx(4.5)
     assert s["mean_duration"] == pytest.approx((100 + 50 + 30) / 3)
     # Busy GPUs: 0-10: 4, 10-20: 8, 20-25: 4, 25-55: 8, 55-60: 8, 60-135: 4
     # = 40 + 80 + 20 + 240 + 40 + 300 = 720 GPU-s (= a 400 + b 200 + c 120).
-    # Makespan 135 - 0 = 135 s; utilisation 720 / (8 x 135) = 2/3.
-    assert s["makespan"] == 135
+    # Makespan 135 - 0 = 135 s, all of it with work; utilisation 720 / (8 x 135) = 2/3.
+    assert s["makespan"] == s["work_time"] == 135
+    assert s["utilisation_of_makespan"] == pytest.approx(2 / 3)
     assert s["busy_accel_seconds"] == pytest.approx(720)
     assert s["utilisation"] == pytest.approx(2 / 3)
     assert s["utilisation_by_accelerator"] == {"v100": pytest.approx(2 / 3)}
     p, q = s["per_project"]["p"], s["per_project"]["q"]
     # p: a 400 GPU-s -> mean share 400 / 1080; q: b + c = 320 -> 320 / 1080. Guarantee 4/8.
-    assert (p["jobs"], p["finished"], p["jct_mean"], p["wait_mean"]) == (2, 1, 135, 0)
+    assert (p["jobs"], p["finished"], p["jct_mean"], p["wait_mean"]) == (2, 1, 135, 35)
     assert p["accel_seconds"] == pytest.approx(400)
     assert p["mean_share"] == pytest.approx(400 / 1080)
     assert p["guarantee_share"] == 0.5
     assert (q["jobs"], q["finished"], q["jct_mean"], q["wait_mean"]) == (2, 2, 42.5, 2.5)
     assert q["mean_share"] == pytest.approx(320 / 1080)
+    # p is starved while a waits for its resume (20-55): pending work, nothing running; d's
+    # submit and reject at 70 net to nothing. q always has b or c running while c waits.
+    assert (p["starved_time"], p["starved_longest"]) == (35, 35)
+    assert (q["starved_time"], q["starved_longest"]) == (0, 0)
+    assert s["starved_time"] == 35
+    assert s["starved_longest"] == {"project": "p", "seconds": 35}
+
+
+def test_utilisation_counts_only_the_time_with_work():
+    # x (4 of 8 GPUs) runs 0-10; nothing is pending or running until y arrives at 100 and runs
+    # 100-110. Busy 80 GPU-s; work time 20 s of a 110 s makespan.
+    infos = {"x": info("x", "p", 0, 10, 4), "y": info("y", "q", 100, 10, 4)}
+    log = [
+        {"t": 0, "event": "submit", "job": "x", "project": "p"},
+        {"t": 0, "event": "start", "job": "x", "project": "p"},
+        {"t": 10, "event": "finish", "job": "x", "project": "p"},
+        {"t": 100, "event": "submit", "job": "y", "project": "q"},
+        {"t": 100, "event": "start", "job": "y", "project": "q"},
+        {"t": 110, "event": "finish", "job": "y", "project": "q"},
+    ]
+    s = summarize(log, infos, CAPACITY, GUARANTEES)
+    assert (s["makespan"], s["work_time"], s["busy_accel_seconds"]) == (110, 20, 80)
+    assert s["utilisation"] == pytest.approx(80 / (8 * 20))
+    assert s["utilisation_of_makespan"] == pytest.approx(80 / (8 * 110))
+    assert s["utilisation_by_accelerator"] == {"v100": pytest.approx(0.5)}
+
+
+def test_starved_spells_per_project():
+    # p's u runs 0-50; p's v waits 10-80 but p is starved only from 50 (u ended) to 80;
+    # p's w waits 100-120 with nothing of p running: two spells, 30 and 20 s. q's z is
+    # preempted and restarted at 60 (one instant: no spell) and is still pending at the end
+    # (its spell 130-150 runs to the log's last event).
+    infos = {
+        "u": info("u", "p", 0, 50, 4),
+        "v": info("v", "p", 10, 10, 4),
+        "w": info("w", "p", 100, 10, 4),
+        "z": info("z", "q", 0, 500, 4),
+        "zz": info("zz", "q", 150, 1, 4),
+    }
+
+    def e(t, event, job):
+        return {"t": t, "event": event, "job": job, "project": infos[job].project}
+
+    log = [
+        e(0, "submit", "u"), e(0, "start", "u"), e(0, "submit", "z"), e(0, "start", "z"),
+        e(10, "submit", "v"), e(50, "finish", "u"), e(60, "preempt", "z"), e(60, "start", "z"),
+        e(80, "start", "v"), e(90, "finish", "v"), e(100, "submit", "w"), e(120, "start", "w"),
+        e(125, "finish", "w"), e(130, "preempt", "z"), e(150, "submit", "zz"),
+    ]  # fmt: skip
+    s = summarize(log, infos, CAPACITY, GUARANTEES)
+    p, q = s["per_project"]["p"], s["per_project"]["q"]
+    assert (p["starved_time"], p["starved_longest"]) == (50, 30)
+    assert (q["starved_time"], q["starved_longest"]) == (20, 20)
+    assert s["starved_longest"] == {"project": "p", "seconds": 30}
+    rows = {r.name: r for r in job_table(log, infos)}
+    # v waited 10-80; z waited 0 (restarted at once), then 130-150 while the log ran on.
+    assert (rows["v"].wait, rows["z"].wait, rows["z"].first_wait) == (70, 20, 0)
 
 
 def test_timeseries_by_hand():

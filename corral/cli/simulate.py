@@ -129,6 +129,14 @@ def simulate(
         Path | None, typer.Option("--out", help="Write events, CSV, summaries and plots here.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summaries as JSON.")] = False,
+    processes: Annotated[
+        int | None,
+        typer.Option(
+            "--processes",
+            help="Run several policies in up to N processes at once (default: the CPUs there "
+            "are; 1: one after another). The outputs are the same either way.",
+        ),
+    ] = None,
 ) -> None:
     """Replay a scenario, a trace or a synthetic workload through one or more policies.
 
@@ -161,16 +169,23 @@ def simulate(
         configs = sim_run.policy_configs(workload.quota.scheduler, _names(policy), placement)
         outputs = sim_run.Outputs(events=events, summary=summary, out=out)
         outputs.prepare()
-        runs = [_run_one(sim_run, workload, config, options) for config in configs]
-        written = sim_run.write_outputs(runs, workload, outputs)
+        label = f"{len(workload.jobs)} jobs"
+        reports, written = sim_run.run_policies(
+            workload,
+            configs,
+            options,
+            outputs,
+            progress=lambda policy: _progress(len(workload.jobs), f"{policy}: {label}"),
+            processes=_positive(processes, "--processes"),
+        )
     except FormatError as err:
         fail(str(err))
     except OSError as err:
         fail(_os_message(err))
     if as_json:
-        _print_json({run.name: run.summary for run in runs})
+        _print_json({report.name: report.summary for report in reports})
     else:
-        _print_report(workload, runs, written)
+        _print_report(workload, reports, written)
 
 
 def _importable_cwd() -> None:
@@ -180,12 +195,6 @@ def _importable_cwd() -> None:
     cwd = str(Path.cwd())
     if cwd not in sys.path and "" not in sys.path:
         sys.path.append(cwd)
-
-
-def _run_one(sim_run, workload, config, options):
-    label = f"{config.policy}: {len(workload.jobs)} jobs"
-    with _progress(len(workload.jobs), label) as update:
-        return sim_run.simulate(workload, config, options, progress=update)
 
 
 # --- flag parsing ------------------------------------------------------------------------------
@@ -235,6 +244,12 @@ def _sim_options(round_s, restart_penalty, slowdown, max_sim_time):
 
 def _names(text: str | None) -> list[str]:
     return [n.strip() for n in (text or "").split(",") if n.strip()]
+
+
+def _positive(value: int | None, flag: str) -> int | None:
+    if value is not None and value < 1:
+        raise FormatError(f"{flag}: must be >= 1, got {value}")
+    return value
 
 
 def _non_negative(value: int | None, flag: str) -> int | None:
@@ -290,24 +305,25 @@ def _plain_number(value: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
-def _print_report(workload, runs, written: list[Path]) -> None:
+def _print_report(workload, reports, written: list[Path]) -> None:
     from rich.console import Console
 
     from corral.sim.metrics import comparison_table
 
     console = Console(highlight=False)
     console.print(f"[dim]{workload.description}[/]")
-    table = comparison_table({run.name: run.summary for run in runs})
-    table.add_row("cycles", *(str(run.result.cycles) for run in runs))
-    if any(run.result.stalls for run in runs):  # rare; a row of zeros would only distract
-        table.add_row("stalls", *(str(run.result.stalls) for run in runs))
-    table.add_row("sim wall time", *(_wall(run.wall_s) for run in runs))
-    table.add_row("sim jobs/s", *(_rate(run.summary["sim_jobs_per_s"]) for run in runs))
-    if len(runs) == 1:
-        table.title = f"Simulation summary ({runs[0].name})"
+    summaries = [report.summary for report in reports]
+    table = comparison_table({report.name: report.summary for report in reports})
+    table.add_row("cycles", *(str(s["cycles"]) for s in summaries))
+    if any(s["stalls"] for s in summaries):  # rare; a row of zeros would only distract
+        table.add_row("stalls", *(str(s["stalls"]) for s in summaries))
+    table.add_row("sim wall time", *(_wall(s["sim_wall_s"]) for s in summaries))
+    table.add_row("sim jobs/s", *(_rate(s["sim_jobs_per_s"]) for s in summaries))
+    if len(reports) == 1:
+        table.title = f"Simulation summary ({reports[0].name})"
     console.print(table)
-    if len(runs) == 1:
-        console.print(_project_table(runs[0].summary))
+    if len(reports) == 1:
+        console.print(_project_table(summaries[0]))
     for path in written:
         console.print(f"[dim]wrote {path}[/]")
 
@@ -326,7 +342,8 @@ def _project_table(summary: dict[str, Any]) -> Table:
     from corral.sim.metrics import fmt_seconds
 
     table = Table(title=f"Per project ({summary['policy']})")
-    for name in ("project", "jobs", "finished", "JCT mean", "wait mean", "share", "guarantee"):
+    columns = ("project", "jobs", "finished", "JCT mean", "wait mean", "share", "guarantee")
+    for name in (*columns, "starved", "longest starved"):
         table.add_column(name, justify="left" if name == "project" else "right")
     for project, p in summary["per_project"].items():
         table.add_row(
@@ -337,5 +354,7 @@ def _project_table(summary: dict[str, Any]) -> Table:
             fmt_seconds(p["wait_mean"]),
             f"{100 * p['mean_share']:.1f} %",
             f"{100 * p['guarantee_share']:.1f} %",
+            fmt_seconds(p["starved_time"]),
+            fmt_seconds(p["starved_longest"]),
         )
     return table

@@ -8,10 +8,18 @@ each start until the next preempt, finish, fail or cancel; a preempted job is pe
 Conventions (written down because results depend on them):
 - Percentiles use numpy's "linear" method (type 7 of Hyndman & Fan: interpolate between the
   two nearest ranks), the numpy and pandas default.
-- jct = finish - submit, for finished jobs only; wait = first start - submit, for jobs that
-  started at least once. Preemption time counts in jct, not in wait.
+- jct = finish - submit, for finished jobs only. wait = all the time a job was pending: submit
+  to first start plus each preemption to the next start (a job pending when the log ends,
+  until then), for jobs that started at least once; first_wait = first start - submit only.
 - makespan = last finish - first submit (with no finish: last event - first submit). Busy
-  accelerator-seconds and shares are counted over that same span, so utilisation <= 1.
+  accelerator-seconds and shares are counted until that same end. work_time = the seconds
+  until then in which some job was pending or running; utilisation = busy accelerator-seconds
+  / (capacity x work_time), so an idle stretch with no work (a late last arrival) does not
+  count against a policy; utilisation_of_makespan divides by capacity x makespan instead.
+- A project is starved while it has a pending job and none running; its starved_time is the
+  sum of those spells and starved_longest the longest (both to the log's end, for a spell
+  still open there). A state counts from the instant all of its events are applied, so a job
+  preempted and restarted at one instant breaks no spell and opens none.
 - A job still running when the log ends has run until the log's last event.
 - Guarantees are in accelerators (DESIGN.md §2: fraction x capacity), project -> type -> count;
   `guarantees_from_quota` computes them from a Quota.
@@ -62,7 +70,8 @@ class JobRow:
     finish: float | None  # finish event only (not fail/cancel/reject)
     end: float | None  # when the job left: finish, fail, cancel or reject
     state: str  # finished | failed | cancelled | rejected | pending | running
-    wait: float | None
+    wait: float | None  # all time pending: before the first start and after each preemption
+    first_wait: float | None  # submit to first start only
     jct: float | None
     run_time: float  # sum of running intervals
     preemptions: int
@@ -78,6 +87,7 @@ class Series:
     held: dict[str, np.ndarray]  # project -> accelerators held
     by_accelerator: dict[str, np.ndarray]  # type -> accelerators held
     capacity: int  # all types together
+    active: np.ndarray | None = None  # jobs pending or running (None: not counted)
 
     @property
     def utilisation(self) -> np.ndarray:
@@ -88,6 +98,11 @@ class Series:
         if end is None:
             end = float(self.times[-1]) if len(self.times) else 0.0
         return float(step_area(self.times, values, np.array([end]))[0])
+
+    def work_time(self, end: float | None = None) -> float:
+        """Seconds until `end` in which the pool had work: some job pending or running."""
+        active = self.busy if self.active is None else self.active
+        return self.integral((active > 0).astype(float), end)
 
 
 def infos_from_jobs(jobs: Iterable[ScenarioJob]) -> dict[str, JobInfo]:
@@ -144,10 +159,39 @@ class _Track:
     state: str = "new"
     start: float | None = None
     running_since: float | None = None
+    pending_since: float | None = None
     run_time: float = 0.0
+    waited: float = 0.0  # pending time in finished spells (before each start)
     end: float | None = None
     finish: float | None = None
     preemptions: int = 0
+
+
+@dataclass(slots=True)
+class _Project:
+    """One project's pending and running jobs during the sweep, and its starved spells
+    (pending work, nothing running)."""
+
+    pending: int = 0
+    running: int = 0
+    starved_since: float | None = None
+    starved_time: float = 0.0
+    starved_longest: float = 0.0
+
+    def settle(self, t: float) -> None:
+        """The project's state holds from `t` on: open or close a starved spell."""
+        starved = self.pending > 0 and self.running == 0
+        if starved and self.starved_since is None:
+            self.starved_since = t
+        elif not starved and self.starved_since is not None:
+            self.close(t)
+
+    def close(self, t: float) -> None:
+        if self.starved_since is not None:
+            spell = t - self.starved_since
+            self.starved_time += spell
+            self.starved_longest = max(self.starved_longest, spell)
+            self.starved_since = None
 
 
 @dataclass(slots=True)
@@ -156,30 +200,48 @@ class _Replay:
 
     infos: Mapping[str, JobInfo]
     jobs: dict[str, _Track] = field(default_factory=dict)
+    projects: dict[str, _Project] = field(default_factory=dict)
     times: list[float] = field(default_factory=list)
     busy: list[int] = field(default_factory=list)
     queue: list[int] = field(default_factory=list)
+    active: list[int] = field(default_factory=list)  # jobs pending or running
     held: dict[str, _Steps] = field(default_factory=dict)  # project -> its holdings
     by_type: dict[str, _Steps] = field(default_factory=dict)  # accelerator type -> holdings
     now_busy: int = 0
     now_queue: int = 0
+    now_running: int = 0
     last_t: float = 0.0
 
     def run(self, events: Sequence[Mapping[str, Any]]) -> _Replay:
-        times, busy, queue = self.times, self.busy, self.queue
+        times, busy, queue, active = self.times, self.busy, self.queue, self.active
+        touched: set[str] = set()  # projects whose jobs changed at the current instant
         for n, ev in enumerate(_in_time_order(events)):
             try:
                 t, kind, name = float(ev["t"]), ev["event"], ev["job"]
             except (KeyError, TypeError, ValueError):
                 raise FormatError(f"event log: event {n}: needs t, event and job: {ev!r}") from None
             if not times or t != times[-1]:  # events at one time share one point
+                self._settle(touched)
                 times.append(t)
                 busy.append(0)
                 queue.append(0)
-            self._apply(self._track(name), kind, t, n)
+                active.append(0)
+            job = self._track(name)
+            self._apply(job, kind, t, n)
+            touched.add(job.info.project)
             busy[-1], queue[-1] = self.now_busy, self.now_queue
+            active[-1] = self.now_queue + self.now_running
+        self._settle(touched)
         self.last_t = times[-1] if times else 0.0
+        for project in self.projects.values():  # spells still open when the log ends
+            project.close(self.last_t)
         return self
+
+    def _settle(self, touched: set[str]) -> None:
+        if self.times:
+            for name in touched:
+                self.projects[name].settle(self.times[-1])
+        touched.clear()
 
     def _track(self, name: str) -> _Track:
         track = self.jobs.get(name)
@@ -188,22 +250,24 @@ class _Replay:
             if info is None:
                 raise FormatError(f"event log: job {name!r} has no JobInfo (unknown job)")
             track = self.jobs[name] = _Track(info)
+            if info.project not in self.projects:
+                self.projects[info.project] = _Project()
         return track
 
     def _apply(self, job: _Track, kind: str, t: float, n: int) -> None:
         if kind == "submit":
-            self._to_queue(job)
+            self._to_queue(job, t)
         elif kind == "start":
-            self._out_of_queue(job)
+            self._out_of_queue(job, t)
             self._hold(job, t)
             job.start = t if job.start is None else job.start
         elif kind == "preempt":
             if job.state == "running":
                 job.preemptions += 1
                 self._release(job, t)
-                self._to_queue(job)
+                self._to_queue(job, t)
         elif kind in ("finish", "fail", "cancel", "reject"):
-            self._out_of_queue(job)
+            self._out_of_queue(job, t)
             self._release(job, t)
             job.state = _END_STATE[kind]
             job.end = t
@@ -211,19 +275,27 @@ class _Replay:
         else:
             raise FormatError(f"event log: event {n}: unknown event {kind!r} ({', '.join(EVENTS)})")
 
-    def _to_queue(self, job: _Track) -> None:
+    def _to_queue(self, job: _Track, t: float) -> None:
         if job.state != "pending":
             self.now_queue += 1
+            self.projects[job.info.project].pending += 1
+            job.pending_since = t
         job.state = "pending"
 
-    def _out_of_queue(self, job: _Track) -> None:
+    def _out_of_queue(self, job: _Track, t: float) -> None:
         if job.state == "pending":
             self.now_queue -= 1
+            self.projects[job.info.project].pending -= 1
+            if job.pending_since is not None:
+                job.waited += t - job.pending_since
+                job.pending_since = None
 
     def _hold(self, job: _Track, t: float) -> None:
         if job.state == "running":  # a repeated start: already holding
             return
         job.state, job.running_since = "running", t
+        self.now_running += 1
+        self.projects[job.info.project].running += 1
         self._add(job.info, job.info.demand)
 
     def _release(self, job: _Track, t: float) -> None:
@@ -231,6 +303,8 @@ class _Replay:
             return
         job.run_time += t - job.running_since
         job.running_since = None
+        self.now_running -= 1
+        self.projects[job.info.project].running -= 1
         self._add(job.info, -job.info.demand)
 
     def _add(self, info: JobInfo, delta: int) -> None:
@@ -251,7 +325,12 @@ class _Replay:
             held={p: steps.dense(n) for p, steps in sorted(self.held.items())},
             by_accelerator={k: steps.dense(n) for k, steps in sorted(self.by_type.items())},
             capacity=capacity,
+            active=np.asarray(self.active, dtype=float),
         )
+
+    def starved(self) -> dict[str, tuple[float, float]]:
+        """project -> (starved time, longest starved spell)."""
+        return {n: (p.starved_time, p.starved_longest) for n, p in self.projects.items()}
 
 
 _END_STATE = {"finish": "finished", "fail": "failed", "cancel": "cancelled", "reject": "rejected"}
@@ -300,6 +379,10 @@ def _row(track: _Track, log_end: float) -> JobRow:
     run_time = track.run_time
     if track.running_since is not None:  # still running when the log ends
         run_time += log_end - track.running_since
+    waited = track.waited
+    if track.pending_since is not None:  # still pending when the log ends
+        waited += log_end - track.pending_since
+    started = track.start is not None
     return JobRow(
         name=info.name,
         project=info.project,
@@ -312,7 +395,8 @@ def _row(track: _Track, log_end: float) -> JobRow:
         finish=track.finish,
         end=track.end,
         state="pending" if track.state == "new" else track.state,
-        wait=None if track.start is None else track.start - info.submit,
+        wait=waited if started else None,
+        first_wait=track.start - info.submit if track.start is not None else None,
         jct=None if track.finish is None else track.finish - info.submit,
         run_time=run_time,
         preemptions=track.preemptions,
@@ -358,6 +442,25 @@ def summarize(
     guarantees: Mapping[str, Mapping[str, float]],
 ) -> dict[str, Any]:
     """The run's headline numbers (see the module docstring for the conventions)."""
+    return analyse(events, infos, capacity, guarantees).summary
+
+
+@dataclass(slots=True)
+class Analysis:
+    """Everything the outputs need from one sweep of a log."""
+
+    rows: list[JobRow]
+    series: Series
+    summary: dict[str, Any]
+
+
+def analyse(
+    events: Sequence[Mapping[str, Any]],
+    infos: Mapping[str, JobInfo],
+    capacity: Mapping[str, int],
+    guarantees: Mapping[str, Mapping[str, float]],
+) -> Analysis:
+    """The job table, the time series and the summary, from one sweep of the log."""
     replay = _Replay(infos).run(events)
     rows = replay.rows()
     series = replay.series(sum(capacity.values()))
@@ -365,26 +468,41 @@ def summarize(
     finishes = [r.finish for r in rows if r.finish is not None]
     end = max(finishes) if finishes else replay.last_t
     span = max(end - t0, 0.0)
+    worked = series.work_time(end)
     busy = series.integral(series.busy, end)
     finished = [r for r in rows if r.state == "finished"]
-    return {
+    starved = replay.starved()
+    summary = {
         "jobs": len(rows),
         **{state: _count(rows, state) for state in ("finished", "failed", "rejected", "cancelled")},
         "unfinished": _count(rows, "pending") + _count(rows, "running"),
         "preemptions": sum(r.preemptions for r in rows),
         "jct": stats([r.jct for r in finished if r.jct is not None]),
         "wait": stats([r.wait for r in rows if r.wait is not None]),
+        "first_wait": stats([r.first_wait for r in rows if r.first_wait is not None]),
         "mean_duration": _mean([r.duration for r in finished]),
         "makespan": span,
-        "utilisation": _ratio(busy, series.capacity * span),
+        "work_time": worked,
+        "utilisation": _ratio(busy, series.capacity * worked),
+        "utilisation_of_makespan": _ratio(busy, series.capacity * span),
         "utilisation_by_accelerator": {
-            k: _ratio(series.integral(v, end), capacity.get(k, 0) * span)
+            k: _ratio(series.integral(v, end), capacity.get(k, 0) * worked)
             for k, v in series.by_accelerator.items()
         },
         "busy_accel_seconds": busy,
         "capacity": dict(capacity),
-        "per_project": _per_project(rows, series, end, span, guarantees),
+        "starved_time": sum(total for total, _ in starved.values()),
+        "starved_longest": _longest(starved),
+        "per_project": _per_project(rows, series, end, span, guarantees, starved),
     }
+    return Analysis(rows, series, summary)
+
+
+def _longest(starved: Mapping[str, tuple[float, float]]) -> dict[str, Any]:
+    """The longest starved spell of any project, and whose (the first name on a tie)."""
+    project = min(starved, key=lambda p: (-starved[p][1], p), default=None)
+    spell = starved[project][1] if project is not None else 0.0
+    return {"project": project if spell > 0 else None, "seconds": spell}
 
 
 def stats(values: Sequence[float]) -> dict[str, float | None]:
@@ -399,7 +517,7 @@ def stats(values: Sequence[float]) -> dict[str, float | None]:
     }
 
 
-def _per_project(rows, series: Series, end: float, span: float, guarantees) -> dict[str, Any]:
+def _per_project(rows, series: Series, end: float, span: float, guarantees, starved):
     by_project: dict[str, list[JobRow]] = {}
     for r in rows:
         by_project.setdefault(r.project, []).append(r)
@@ -416,6 +534,8 @@ def _per_project(rows, series: Series, end: float, span: float, guarantees) -> d
             "accel_seconds": used,
             "mean_share": _ratio(used, series.capacity * span),
             "guarantee_share": _ratio(sum(guarantees.get(project, {}).values()), series.capacity),
+            "starved_time": starved.get(project, (0.0, 0.0))[0],
+            "starved_longest": starved.get(project, (0.0, 0.0))[1],
         }
     return out
 
@@ -474,6 +594,10 @@ def fmt_seconds(value: float | None) -> str:
     return f"{value:.0f} s"
 
 
+def _percent(value: float) -> str:
+    return f"{100 * value:.1f} %"
+
+
 # (label, how to read it from a summary, how to print it, which way is better: -1 lower, +1 higher)
 _ROWS = (
     ("jobs", lambda s: s["jobs"], str, 0),
@@ -487,8 +611,13 @@ _ROWS = (
     ("JCT p99", lambda s: s["jct"]["p99"], fmt_seconds, -1),
     ("wait mean", lambda s: s["wait"]["mean"], fmt_seconds, -1),
     ("wait p95", lambda s: s["wait"]["p95"], fmt_seconds, -1),
+    ("first wait mean", lambda s: s["first_wait"]["mean"], fmt_seconds, -1),
     ("makespan", lambda s: s["makespan"], fmt_seconds, -1),
-    ("utilisation", lambda s: s["utilisation"], lambda v: f"{100 * v:.1f} %", 1),
+    ("utilisation", lambda s: s["utilisation"], _percent, 1),
+    ("util. of makespan", lambda s: s["utilisation_of_makespan"], _percent, 1),
+    ("starved, all projects", lambda s: s["starved_time"], fmt_seconds, -1),
+    ("longest starved", lambda s: s["starved_longest"]["seconds"], fmt_seconds, -1),
+    ("  (project)", lambda s: s["starved_longest"]["project"], lambda v: v or "-", 0),
 )
 
 
