@@ -314,10 +314,10 @@ def run_policies(
     progress: ProgressFor | None = None,
     processes: int | None = None,
 ) -> tuple[list[Report], list[Path]]:
-    """Run each policy and write its files, then the comparison (see `write_outputs`).
-    Several policies run in parallel processes, at most `processes` (default: the CPUs this
-    process may use) at once, with the same outputs as one after another; progress bars are
-    for runs in this process only."""
+    """Run each policy and write its files (`write_run`), then the comparison
+    (`write_comparison`). Several policies run in parallel processes, at most `processes`
+    (default: the CPUs this process may use) at once, with the same outputs as one after
+    another; progress bars are for runs in this process only."""
     workers = min(len(configs), processes or usable_cpus())
     several = len(configs) > 1
     if workers > 1 and "fork" in multiprocessing.get_all_start_methods():
