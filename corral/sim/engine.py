@@ -15,7 +15,7 @@ from __future__ import annotations
 import gc
 import heapq
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from corral.core.admission import check_admissible
@@ -36,6 +36,7 @@ class SimOptions:
     restart_penalty: float = 0.0  # seconds lost on each resume after a preemption
     slowdown: float = 0.0  # extra run time fraction for a gang spread over more nodes than needed
     max_sim_time: float | None = None  # stop the clock here; jobs still queued stay unfinished
+    max_cycles: int | None = None  # stop after this many cycles (bounds a forecast's cost)
     # Skip the cycles whose outcome the policy's shortcuts say is nothing (the events are the
     # same either way: off, `corral simulate --no-shortcuts`, runs a cycle at every event).
     shortcuts: bool = True
@@ -103,6 +104,30 @@ class Simulator:
                 duration=sj.duration,
             )
 
+    def resume(
+        self,
+        now: float,
+        running: Iterable[tuple[Job, tuple[str, ...], float, float]],
+        pending: Iterable[tuple[Job, float]],
+    ) -> None:
+        """Go on from a given state rather than an empty pool (a forecast: sim/forecast.py):
+        each running (job, nodes, started_at, end) holds its nodes until `end` (inf: beyond
+        any horizon), each pending (job, duration) is queued with `duration` seconds of work
+        in all, and the first cycle runs at `now`. Call before `run`."""
+        snap = self.snap
+        snap.set_time(now)
+        for job, nodes, started_at, end in running:
+            sim = self.jobs[job.id] = SimJob(job, job.run_time + end - started_at)
+            sim.state, sim.started_at, sim.run_end = "running", started_at, end
+            snap.submit(job)
+            snap.start(job.id, nodes, started_at)
+            if end != math.inf:
+                self._push(end, FINISH, job.id)
+        for job, duration in pending:
+            self.jobs[job.id] = SimJob(job, duration)
+            snap.submit(job)
+        self._wake(now)
+
     def _push(self, t: float, kind: int, job_id: str = "", attempt: int = 0) -> None:
         self._seq += 1
         heapq.heappush(self._queue, (t, kind, self._seq, job_id, attempt))
@@ -122,6 +147,7 @@ class Simulator:
     def _run(self, progress: Callable[[int], None] | None) -> SimResult:
         done = 0
         limit = self.options.max_sim_time
+        max_cycles = self.options.max_cycles
         now = 0.0
         queue, arrivals, n = self._queue, self._arrivals, len(self._arrivals)
         a = 0  # next arrival
@@ -129,6 +155,8 @@ class Simulator:
             now = min(queue[0][0] if queue else math.inf, arrivals[a][0] if a < n else math.inf)
             if limit is not None and now > limit:
                 now = limit
+                break
+            if max_cycles is not None and self.cycles >= max_cycles:
                 break
             self.snap.set_time(now)
             dirty = False

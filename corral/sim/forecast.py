@@ -1,0 +1,217 @@
+"""Predicted starts of pending jobs (Slurm's `squeue --start`): a what-if replay.
+
+From a snapshot (the control plane's, or a replay's at some instant) the simulator goes on with
+a fresh instance of the same policy and no new arrivals: each running job ends at its start plus
+its max_runtime, each pending job, once started, runs its whole max_runtime. A job without a
+max_runtime holds what it gets beyond the horizon, so any job that would need its accelerators
+never starts in the replay: a pending job's predicted start is its first start there, and it
+is known only when every end it waits for is known (as Slurm shows N/A). Beyond the horizon, or
+past the cycle cap, nothing is known either. The policy may preempt within the replay.
+
+A job that is stopping (its grace) is taken as stopped: its accelerators are free at once, and
+the job itself is not forecast until it is back in the queue.
+
+`error_figures` measures a forecast against what happened: during a whole replay, at sample
+instants, it forecasts every pending job and compares with the job's next actual start.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import math
+import random
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from corral.core.model import Job, Running
+from corral.core.policy import Policy
+from corral.core.snapshot import Snapshot
+from corral.formats.types import Node, Quota, ScenarioJob
+from corral.sim.engine import SimOptions, Simulator
+
+HORIZON = 7 * 86400.0  # seconds ahead a forecast looks
+MAX_CYCLES = 5_000  # cycles one forecast may run (a queue of 10,000 must not take long)
+
+
+@dataclass(frozen=True, slots=True)
+class Forecast:
+    """Predicted starts (absolute times) of the pending jobs whose start is known."""
+
+    starts: dict[str, float]
+    at: float  # the time of the state it was made from
+    until: float  # starts are known up to here: the horizon, or where the cycle cap cut it
+    seconds: float  # wall time it took
+
+
+class WhatIf:
+    """A forecast set up from a snapshot: `__init__` copies what it needs (the caller may hold
+    its driver's lock for that), `run` replays it (it may not)."""
+
+    def __init__(
+        self,
+        snap: Snapshot,
+        policy: Policy,
+        now: float | None = None,
+        horizon: float = HORIZON,
+        max_cycles: int = MAX_CYCLES,
+    ):
+        self.now = snap.now if now is None else now
+        self.horizon = horizon
+        self.max_cycles = max_cycles
+        options = SimOptions(max_sim_time=self.now + horizon, max_cycles=max_cycles)
+        fresh = type(policy)(policy.config)  # a policy may keep memos of its own snapshot
+        self.sim = Simulator(snap.cluster.nodes, snap.quota, (), fresh, options)
+        self.pending = [_copy(job) for job in snap.pending.jobs.values()]
+        self.running = [
+            (_copy(run.job), snap.node_names(run.nodes), run.started_at, self._end(run))
+            for run in snap.running.values()
+            if not run.terminating
+        ]
+
+    def _end(self, run: Running) -> float:
+        end = run.expected_end()
+        if end is None:
+            return math.inf
+        return max(self.now, end)  # overdue: about to be stopped
+
+    def run(self) -> Forecast:
+        t0 = time.perf_counter()
+        sim = self.sim
+        pending = [(job, _work(job)) for job in self.pending]
+        sim.resume(self.now, self.running, pending)
+        result = sim.run()
+        waiting = {job.id for job in self.pending}
+        starts: dict[str, float] = {}
+        for event in result.events:
+            job_id = event["job"]
+            if event["event"] == "start" and job_id in waiting and job_id not in starts:
+                starts[job_id] = event["t"]  # type: ignore[assignment]
+        capped = result.cycles >= self.max_cycles
+        until = result.end_time if capped else self.now + self.horizon
+        return Forecast(starts, self.now, until, time.perf_counter() - t0)
+
+
+def forecast(snap: Snapshot, policy: Policy, **options) -> Forecast:
+    """The predicted starts of `snap`'s pending jobs (see WhatIf for the options)."""
+    return WhatIf(snap, policy, **options).run()
+
+
+def _copy(job: Job) -> Job:
+    """A copy the replay may change (progress, preemptions) without touching the driver's."""
+    return dataclasses.replace(job)
+
+
+def _work(job: Job) -> float:
+    """Seconds of work in all that a pending job is taken to need: one whole max_runtime more."""
+    return math.inf if job.max_runtime is None else job.run_time + job.max_runtime
+
+
+# --- measuring the error in a replay ------------------------------------------------------------
+
+
+def declare_runtimes(
+    jobs: Sequence[ScenarioJob], factor: float, fraction: float = 1.0, seed: int = 0
+) -> list[ScenarioJob]:
+    """The jobs with a declared max_runtime of `factor` times their duration, for a `fraction`
+    of them drawn at random (the rest declare none), as users would estimate."""
+    draw = random.Random(seed)
+    out = []
+    for sj in jobs:
+        if draw.random() < fraction:
+            spec = dataclasses.replace(sj.spec, max_runtime=sj.duration * factor)
+            sj = dataclasses.replace(sj, spec=spec)
+        out.append(sj)
+    return out
+
+
+@dataclass(slots=True)
+class Sample:
+    """One pending job at one sample instant: its prediction (None: unknown) and its start."""
+
+    t: float
+    job: str
+    predicted: float | None
+    actual: float
+
+
+@dataclass(slots=True)
+class ErrorFigures:
+    samples: list[Sample]
+    instants: int
+    forecast_seconds: list[float]  # wall time of each forecast
+
+    def predicted(self) -> list[Sample]:
+        return [s for s in self.samples if s.predicted is not None]
+
+    def summary(self) -> dict[str, float]:
+        """Median and p90 absolute error (s), and the fractions within 1 h and within 10 % of
+        the actual wait from the instant, over the jobs with a prediction."""
+        known = self.predicted()
+        errors = sorted(abs(s.predicted - s.actual) for s in known)  # type: ignore[operator]
+        n = len(errors)
+        within_hour = sum(e <= 3600 for e in errors)
+        within_tenth = sum(
+            abs(s.predicted - s.actual) <= 0.1 * (s.actual - s.t)  # type: ignore[operator]
+            for s in known
+        )
+        late = sum(s.actual > s.predicted for s in known)  # type: ignore[operator]
+        return {
+            "instants": self.instants,
+            "pending": len(self.samples),
+            "predicted": n,
+            "median_error": _quantile(errors, 0.5),
+            "p90_error": _quantile(errors, 0.9),
+            "within_1h": within_hour / n if n else math.nan,
+            "within_10pct": within_tenth / n if n else math.nan,
+            "late": late / n if n else math.nan,
+            "forecast_mean_s": statistics.fmean(self.forecast_seconds or [math.nan]),
+            "forecast_max_s": max(self.forecast_seconds, default=math.nan),
+        }
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return math.nan
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+def error_figures(
+    nodes: Sequence[Node],
+    quota: Quota,
+    jobs: Sequence[ScenarioJob],
+    policy: Policy,
+    every: float = 6 * 3600.0,
+    horizon: float = math.inf,
+    max_cycles: int = 10**9,
+) -> ErrorFigures:
+    """Replay `jobs`; every `every` seconds of simulated time (at the first instant from then
+    on, after its cycle), forecast the pending jobs and compare each prediction with the job's
+    next start in the replay."""
+    sim = Simulator(nodes, quota, jobs, policy)
+    forecasts: list[tuple[float, list[str], Forecast]] = []
+    next_at = [every]
+
+    def sample(_done: int) -> None:
+        snap = sim.snap
+        if snap.now < next_at[0] or not len(snap.pending):
+            return
+        next_at[0] = (snap.now // every + 1) * every
+        what_if = WhatIf(snap, sim.policy, horizon=horizon, max_cycles=max_cycles)
+        forecasts.append((snap.now, list(snap.pending.jobs), what_if.run()))
+
+    result = sim.run(progress=sample)
+    starts: dict[str, list[float]] = {}
+    for event in result.events:
+        if event["event"] == "start":
+            starts.setdefault(event["job"], []).append(event["t"])  # type: ignore[arg-type]
+    samples = []
+    for t, pending, made in forecasts:
+        for job_id in pending:
+            times = starts.get(job_id, [])
+            i = bisect.bisect_right(times, t)
+            if i < len(times):  # (a job that never started has nothing to compare with)
+                samples.append(Sample(t, job_id, made.starts.get(job_id), times[i]))
+    return ErrorFigures(samples, len(forecasts), [f.seconds for _, _, f in forecasts])
