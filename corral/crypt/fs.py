@@ -134,10 +134,11 @@ class EncryptedFileSystem(ChainedFileSystem):
     def isfile(self, path):
         return self.fs.isfile(self._target(path))
 
-    def reader(self, path: str) -> tuple[ObjectCipher | None, int]:
-        """The cipher of an encrypted object (None for plaintext) and its plaintext size."""
+    def reader(self, path: str, info: dict | None = None) -> tuple[ObjectCipher | None, int]:
+        """The cipher of an encrypted object (None for plaintext) and its plaintext size;
+        `info`, the wrapped filesystem's, saves asking for it again."""
         path = self._target(path)
-        size, header = self._header_of(path)
+        size, header = self._header_of(path, info)
         if header is None:
             return self._plaintext(path, None), size
         cipher = self.codec.open_cipher(header, path)

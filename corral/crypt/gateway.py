@@ -200,18 +200,23 @@ class Gateway:
     # --- objects (shared by both APIs) --------------------------------------------------------
 
     async def info(self, path: str) -> dict:
+        """The object's plaintext info; under "stored", the backend's (a read then needs
+        no second request for it)."""
         try:
-            info = await _run(self.fs.info, path)
+            stored = await _run(self.raw.info, path)
         except FileNotFoundError:
             raise S3Error(404, "NoSuchKey", f"no object {path}") from None
-        if info.get("type") != "file":
+        if stored.get("type") != "file":
             raise S3Error(404, "NoSuchKey", f"no object {path}")
-        return info
-
-    def pieces(self, path: str, size: int, start: int, end: int) -> Iterator[bytes]:
-        """Plaintext [start, end) of the object, a batch at a time (runs in a thread)."""
         if isinstance(self.fs, EncryptedFileSystem):
-            cipher, _ = self.fs.reader(path)
+            return {**await _run(self.fs._plain_info, dict(stored)), "stored": stored}
+        return {**stored, "stored": stored}
+
+    def pieces(self, path: str, info: dict, start: int, end: int) -> Iterator[bytes]:
+        """Plaintext [start, end) of the object, a batch at a time (runs in a thread)."""
+        size = info["size"]
+        if isinstance(self.fs, EncryptedFileSystem):
+            cipher, _ = self.fs.reader(path, info["stored"])
             if cipher is not None:
                 yield from read_range(
                     cipher, lambda a, b: self.raw.cat_file(path, start=a, end=b), size, start, end
@@ -220,9 +225,9 @@ class Gateway:
         for at in range(start, end, PIECE):
             yield self.raw.cat_file(path, start=at, end=min(end, at + PIECE))
 
-    async def stream(self, path: str, size: int, start: int, end: int) -> AsyncIterator[bytes]:
+    async def stream(self, path: str, info: dict, start: int, end: int) -> AsyncIterator[bytes]:
         """The pieces, the first one already read: errors before the answer are clean ones."""
-        pieces = self.pieces(path, size, start, end)
+        pieces = self.pieces(path, info, start, end)
         first = await _run(next, pieces, b"")
 
         async def rest() -> AsyncIterator[bytes]:
@@ -491,7 +496,7 @@ class Gateway:
             headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
         if request.method == "HEAD":
             return Response(status_code=status, headers=headers)
-        body = await self.stream(path, size, start, end)
+        body = await self.stream(path, info, start, end)
         return StreamingResponse(body, status_code=status, headers=headers)
 
     async def copy_object(self, request: Request, path: str) -> Response:

@@ -96,7 +96,7 @@ class GcsApi:
         headers = {"Content-Length": str(end - start), "ETag": _etag(info)}
         if span is not None:
             headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
-        body = await self.gw.stream(path, size, start, end)
+        body = await self.gw.stream(path, info, start, end)
         return StreamingResponse(body, status_code=206 if span else 200, headers=headers)
 
     def resource(self, bucket: str, name: str, info: dict) -> dict:
