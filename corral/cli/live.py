@@ -229,6 +229,14 @@ def _ago(t: float | None, now: float | None = None) -> str:
     return _span((now or time.time()) - t)
 
 
+def _start_in(j: dict[str, Any], now: float) -> str:
+    """A pending job's predicted start, relative ("in 2h05m", "now"); "-" where unknown."""
+    t = j.get("predicted_start")
+    if t is None:
+        return "-"
+    return "now" if t <= now else f"in {_span(t - now)}"
+
+
 def _span(seconds: float) -> str:
     s = max(0, int(seconds))
     if s < 90:
@@ -799,6 +807,7 @@ def show(
         ),
         ("exit code", "-" if data["exit_code"] is None else str(data["exit_code"])),
         ("submitted", _when(data["submitted_at"])),
+        *_predicted(data),
         ("started", _when(data["started_at"])),
         ("finished", _when(data["finished_at"])),
     ]
@@ -822,6 +831,17 @@ def _resources(r: dict[str, Any]) -> str:
     if r["slices"] > 1:
         text += f" x {r['slices']} slices"
     return text + (" exclusive" if r["exclusive"] else "")
+
+
+def _predicted(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """A pending job's "predicted start" line (none for other jobs)."""
+    if data["state"] != "pending":
+        return []
+    t = data.get("predicted_start")
+    if t is None:
+        return [("predicted start", "- (not known: it waits for a job with no max_runtime)")]
+    at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+    return [("predicted start", f"{at} ({_start_in(data, time.time())})")]
 
 
 def _when(t: float | None) -> str:
@@ -1011,6 +1031,7 @@ def queue(
         Column("PRIO", lambda j: str(j["priority"])),
         Column("GPUS", _gpus),
         Column("WAIT", lambda j: _ago(j["submitted_at"], now)),
+        Column("START", lambda j: _start_in(j, now)),
         Column("WORKERS", lambda j: str(j["workers"]), wide=True),
         Column("REASON", lambda j: f"{j['reason_code']}: {j['reason']}"),
     ]

@@ -103,6 +103,39 @@ _SUBMIT_DOC = {
     },
 }
 
+_TIME_OR_NULL = {"type": ["number", "null"]}
+# A job as answers show it, in part (docs/live.md lists every field). Its id and name are left
+# out on purpose: a fuzzer that reads them from a listing would cancel any job it sees
+# (tests/test_live_fuzz.py keeps one job running the whole time).
+_JOB_SCHEMA = {
+    "type": "object",
+    "required": ["project", "user", "state", "predicted_start", "predicted_at"],
+    "properties": {
+        "project": {"type": "string"},
+        "user": {"type": "string"},
+        "state": {"enum": ["pending", "running", "succeeded", "failed", "cancelled"]},
+        "submitted_at": {"type": "number", "description": "Unix time"},
+        "started_at": _TIME_OR_NULL,
+        "finished_at": _TIME_OR_NULL,
+        "predicted_start": _TIME_OR_NULL
+        | {
+            "description": "a pending job's predicted start (Unix time), from a replay of the"
+            " policy with each job running its whole max_runtime and no new arrivals; null"
+            " where it is not known (it waits on a job without a max_runtime, or beyond the"
+            " forecast's horizon) and for jobs not pending (docs/scheduling.md)"
+        },
+        "predicted_at": _TIME_OR_NULL
+        | {"description": "when the forecast behind predicted_start was made (pending jobs)"},
+    },
+}
+# The answers that are jobs: (path, method) -> one job or a list of them.
+_JOB_ANSWERS = {
+    ("/v1/jobs", "get"): True,
+    ("/v1/queue", "get"): True,
+    ("/v1/jobs/{job}", "get"): False,
+    ("/v1/jobs/{job}/cancel", "post"): False,
+}
+
 
 class TokenRequest(BaseModel):
     # Strict like the job spec: an unknown key or "admin": "yes" is a mistake, not a default.
@@ -631,6 +664,13 @@ def _openapi_as_served(app: FastAPI) -> dict[str, Any]:
         schemas = schema.setdefault("components", {}).setdefault("schemas", {})
         for unused in ("HTTPValidationError", "ValidationError"):
             schemas.pop(unused, None)
+        schemas["Job"] = _JOB_SCHEMA
+        job = {"$ref": "#/components/schemas/Job"}
+        for (path, method), many in _JOB_ANSWERS.items():
+            answer = schema["paths"][path][method]["responses"]["200"]
+            answer["content"] = {
+                "application/json": {"schema": {"type": "array", "items": job} if many else job}
+            }
         app.openapi_schema = schema
     return app.openapi_schema
 

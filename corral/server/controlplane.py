@@ -57,6 +57,7 @@ from corral.server.store import (
     PlacementRow,
     Store,
 )
+from corral.sim.forecast import Forecast, WhatIf
 
 log = logging.getLogger("corral.server")
 
@@ -79,6 +80,12 @@ SWEEP_BATCH = 500  # finished jobs forgotten per sweep, so a sweep holds the loc
 REJECT_EVENTS_PER_MINUTE = 60  # per user; further rejections are answered, not recorded
 # A WAL past this size is checkpointed in full and truncated, under the lock (a few ms).
 WAL_TRUNCATE_BYTES = 4 << 20
+# Predicted starts (corral/sim/forecast.py) are made by a thread of their own after a change,
+# at least this far apart, and at most this share of a core (a long queue takes a while) ...
+FORECAST_GAP = 1.0
+FORECAST_SHARE = 0.1
+# ... and this often with nothing changed (a job past its max_runtime moves starts along).
+FORECAST_EVERY = 60.0
 
 
 # Automatic ids and names are j<seq>: a user's name of that form could take the id (and so
@@ -238,6 +245,9 @@ class ControlPlane:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._forecaster: threading.Thread | None = None
+        self._forecast_due = threading.Event()
+        self.forecast: Forecast | None = None  # the latest (replaced whole, read without lock)
         self.last_decide = 0.0  # wall time of the last decision; later arrivals await one
         self._wake_at: float | None = None
         # Mirrors of the store's live jobs; all changed only under the lock.
@@ -262,13 +272,20 @@ class ControlPlane:
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="corral-loop", daemon=True)
         self._thread.start()
+        self._forecast_due.set()  # the jobs recovered get their predictions at once
+        self._forecaster = threading.Thread(
+            target=self._forecast_loop, name="corral-forecast", daemon=True
+        )
+        self._forecaster.start()
 
     def stop(self) -> None:
         """Stop the loop. Running jobs keep running: their supervisors outlive us."""
         self._stopping.set()
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        self._forecast_due.set()
+        for thread in (self._thread, self._forecaster):
+            if thread is not None:
+                thread.join(timeout=10)
 
     def wake(self) -> None:
         self._wake.set()
@@ -321,6 +338,8 @@ class ControlPlane:
                 if not (force or changed or due):
                     return
                 self._schedule(now)
+                if force or changed or self.decision.starts or self.decision.preemptions:
+                    self._forecast_due.set()
             self.metrics.cycle_seconds.observe(time.perf_counter() - t0)
         finally:
             # Even if the cycle failed halfway, what it recorded as started gets launched.
@@ -338,6 +357,37 @@ class ControlPlane:
         self.decision = decision
         self._wake_at = decision.wake_at
         self.last_decide = now
+
+    # -- predicted starts ------------------------------------------------------------------------
+
+    def _forecast_loop(self) -> None:
+        took = 0.0
+        while not self._stopping.is_set():
+            self._forecast_due.wait(FORECAST_EVERY)
+            # A burst of changes makes one forecast, and a slow one leaves the core be.
+            if self._stopping.wait(max(FORECAST_GAP, took / FORECAST_SHARE)):
+                break
+            self._forecast_due.clear()
+            try:
+                self.forecast = self.make_forecast()
+                took = self.forecast.seconds
+            except Exception:  # a failed forecast leaves the last one; the next may work
+                log.exception("forecast failed")
+
+    def make_forecast(self) -> Forecast:
+        """Predicted starts of the pending jobs, from the state now: the replay runs after
+        the lock is released (WhatIf only keeps references under it)."""
+        with self._lock:
+            what_if = WhatIf(self.snap, self.policy, now=time.time())
+        return what_if.run()
+
+    def predicted_start(self, job_id: str) -> tuple[float | None, float | None]:
+        """(predicted start, when that forecast was made) of a pending job; None where there
+        is none (not known, or no forecast yet)."""
+        made = self.forecast
+        if made is None:
+            return None, None
+        return made.starts.get(job_id), made.at
 
     # -- quota -----------------------------------------------------------------------------------
 

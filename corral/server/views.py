@@ -73,6 +73,9 @@ class Views:
         if live is not None:
             row = live  # memory may be ahead of a read that raced a commit
         code, reason = self._reason(row)
+        predicted, made = (None, None)
+        if row.state == "pending":
+            predicted, made = self.cp.predicted_start(row.id)
         return {
             "id": row.id,
             "name": row.name,
@@ -90,6 +93,8 @@ class Views:
             "started_at": row.started_at,
             "finished_at": row.finished_at,
             "run_time": row.run_time,
+            "predicted_start": predicted,
+            "predicted_at": made,
             "accelerator": row.spec.resources.accelerator,
             "accelerators": row.spec.resources.total,
             "workers": row.spec.resources.gang,

@@ -47,8 +47,10 @@ class Forecast:
 
 
 class WhatIf:
-    """A forecast set up from a snapshot: `__init__` copies what it needs (the caller may hold
-    its driver's lock for that), `run` replays it (it may not)."""
+    """A forecast set up from a snapshot. `__init__` only takes references to what it reads, so
+    that a driver may hold its lock for that alone: the jobs must not change afterwards (the
+    control plane makes a new Job when one is queued again; the simulator's jobs are copied
+    before its replay goes on). `run` copies them and replays."""
 
     def __init__(
         self,
@@ -61,12 +63,11 @@ class WhatIf:
         self.now = snap.now if now is None else now
         self.horizon = horizon
         self.max_cycles = max_cycles
-        options = SimOptions(max_sim_time=self.now + horizon, max_cycles=max_cycles)
-        fresh = type(policy)(policy.config)  # a policy may keep memos of its own snapshot
-        self.sim = Simulator(snap.cluster.nodes, snap.quota, (), fresh, options)
-        self.pending = [_copy(job) for job in snap.pending.jobs.values()]
+        self.nodes, self.quota = snap.cluster.nodes, snap.quota
+        self.policy = type(policy)(policy.config)  # a policy may keep memos of its snapshot
+        self.pending = list(snap.pending.jobs.values())
         self.running = [
-            (_copy(run.job), snap.node_names(run.nodes), run.started_at, self._end(run))
+            (run.job, snap.node_names(run.nodes), run.started_at, self._end(run))
             for run in snap.running.values()
             if not run.terminating
         ]
@@ -79,9 +80,10 @@ class WhatIf:
 
     def run(self) -> Forecast:
         t0 = time.perf_counter()
-        sim = self.sim
-        pending = [(job, _work(job)) for job in self.pending]
-        sim.resume(self.now, self.running, pending)
+        options = SimOptions(max_sim_time=self.now + self.horizon, max_cycles=self.max_cycles)
+        sim = Simulator(self.nodes, self.quota, (), self.policy, options)
+        running = [(_copy(job), nodes, t, end) for job, nodes, t, end in self.running]
+        sim.resume(self.now, running, [(_copy(job), _work(job)) for job in self.pending])
         result = sim.run()
         waiting = {job.id for job in self.pending}
         starts: dict[str, float] = {}
