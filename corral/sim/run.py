@@ -32,7 +32,7 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -50,6 +50,8 @@ from corral.sim.metrics import (
 )
 
 SYNTHETIC_PROJECTS = ("a", "b", "c", "d")
+T = TypeVar("T")
+R = TypeVar("R")
 SHARES = ("equal", "demand")
 
 
@@ -318,39 +320,46 @@ def run_policies(
     (`write_comparison`). Several policies run in parallel processes, at most `processes`
     (default: the CPUs this process may use) at once, with the same outputs as one after
     another; progress bars are for runs in this process only."""
-    workers = min(len(configs), processes or usable_cpus())
     several = len(configs) > 1
-    if workers > 1 and "fork" in multiprocessing.get_all_start_methods():
-        # Forked workers share the loaded workload as it is, instead of a pickled copy each.
-        global _FORKED
-        _FORKED = (workload, configs, options, outputs)
-        try:
-            context = multiprocessing.get_context("fork")
-            with ProcessPoolExecutor(workers, mp_context=context) as pool:
-                reports = list(pool.map(_forked_run, range(len(configs))))
-        finally:
-            _FORKED = None
-    else:
-        reports = []
-        for config in configs:
-            bar = progress(config.policy) if progress is not None else nullcontext(None)
-            with bar as update:
-                run = simulate(workload, config, options, update)
-            reports.append(write_run(run, outputs, several))
+
+    def run_and_write(config: SchedulerConfig, bars: bool) -> Report:
+        bar = progress(config.policy) if progress is not None and bars else nullcontext(None)
+        with bar as update:
+            run = simulate(workload, config, options, update)
+        return write_run(run, outputs, several)
+
+    reports = in_processes(run_and_write, configs, processes)
     written = [path for report in reports for path in report.written]
     if outputs.out is not None:
         written.append(write_comparison(reports, outputs.out))
     return reports, written
 
 
-_FORKED: tuple[Workload, Sequence[SchedulerConfig], SimOptions, Outputs] | None = None
+def in_processes(task: Callable[[T, bool], R], items: Sequence[T], processes=None) -> list[R]:
+    """[task(item, in_this_process) for item in items], in up to `processes` (default: the
+    usable CPUs) forked processes at once when there are several items; in this process
+    where fork is not available. Forked, the task and what it refers to (a loaded workload)
+    are shared as they are, not pickled; only results travel back."""
+    workers = min(len(items), processes or usable_cpus())
+    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return [task(item, True) for item in items]
+    global _FORKED
+    _FORKED = (task, items)
+    try:
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(workers, mp_context=context) as pool:
+            return list(pool.map(_forked_task, range(len(items))))
+    finally:
+        _FORKED = None
 
 
-def _forked_run(i: int) -> Report:
+_FORKED: tuple[Callable, Sequence] | None = None  # (task, items) for the forked workers
+
+
+def _forked_task(i: int) -> Any:
     assert _FORKED is not None
-    workload, configs, options, outputs = _FORKED
-    run = simulate(workload, configs[i], options)
-    return write_run(run, outputs, len(configs) > 1)
+    task, items = _FORKED
+    return task(items[i], False)
 
 
 def usable_cpus() -> int:
