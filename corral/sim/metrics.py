@@ -30,13 +30,14 @@ Everything is one O(events) sweep plus numpy: about a second for a 250,000-event
 from __future__ import annotations
 
 import csv
-import dataclasses
+import gc
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -57,8 +58,7 @@ class JobInfo:
     accelerator: str
 
 
-@dataclass(slots=True)
-class JobRow:
+class JobRow(NamedTuple):
     name: str
     project: str
     user: str
@@ -151,32 +151,38 @@ def read_events(path: str | Path) -> list[dict[str, Any]]:
 # --- the sweep ---------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
 class _Track:
     """One job's state during the sweep."""
 
-    info: JobInfo
-    state: str = "new"
-    start: float | None = None
-    running_since: float | None = None
-    pending_since: float | None = None
-    run_time: float = 0.0
-    waited: float = 0.0  # pending time in finished spells (before each start)
-    end: float | None = None
-    finish: float | None = None
-    preemptions: int = 0
+    __slots__ = ("info", "project", "state", "start", "running_since", "pending_since",
+                 "run_time", "waited", "end", "finish", "preemptions")  # fmt: skip
+
+    def __init__(self, info: JobInfo, project: _Project) -> None:
+        self.info, self.project = info, project
+        self.state = "new"
+        self.start: float | None = None
+        self.running_since: float | None = None
+        self.pending_since: float | None = None
+        self.run_time = 0.0
+        self.waited = 0.0  # pending time in finished spells (before each start)
+        self.end: float | None = None
+        self.finish: float | None = None
+        self.preemptions = 0
 
 
-@dataclass(slots=True)
 class _Project:
     """One project's pending and running jobs during the sweep, and its starved spells
     (pending work, nothing running)."""
 
-    pending: int = 0
-    running: int = 0
-    starved_since: float | None = None
-    starved_time: float = 0.0
-    starved_longest: float = 0.0
+    __slots__ = ("code", "pending", "running", "starved_since", "starved_time", "starved_longest")
+
+    def __init__(self, code: int) -> None:
+        self.code = code  # its row in the holdings
+        self.pending = 0
+        self.running = 0
+        self.starved_since: float | None = None
+        self.starved_time = 0.0
+        self.starved_longest = 0.0
 
     def settle(self, t: float) -> None:
         """The project's state holds from `t` on: open or close a starved spell."""
@@ -194,136 +200,159 @@ class _Project:
             self.starved_since = None
 
 
-@dataclass(slots=True)
-class _Replay:
-    """Walks the log once, keeping job states and the step functions' change points."""
+class _Unsorted(Exception):
+    """The log is not in time order (it should be): sweep it again, sorted."""
 
-    infos: Mapping[str, JobInfo]
-    jobs: dict[str, _Track] = field(default_factory=dict)
-    projects: dict[str, _Project] = field(default_factory=dict)
-    times: list[float] = field(default_factory=list)
-    busy: list[int] = field(default_factory=list)
-    queue: list[int] = field(default_factory=list)
-    active: list[int] = field(default_factory=list)  # jobs pending or running
-    held: dict[str, _Steps] = field(default_factory=dict)  # project -> its holdings
-    by_type: dict[str, _Steps] = field(default_factory=dict)  # accelerator type -> holdings
-    now_busy: int = 0
-    now_queue: int = 0
-    now_running: int = 0
-    last_t: float = 0.0
+
+class _Replay:
+    """Walks the log once, keeping job states, per-project counters, the levels of the step
+    functions at each instant and every change of holdings (built into arrays at the end).
+    One loop with the state in locals: it runs over every event of a whole-trace log."""
+
+    def __init__(self, infos: Mapping[str, JobInfo]) -> None:
+        self.infos = infos
+        self.jobs: dict[str, _Track] = {}
+        self.projects: dict[str, _Project] = {}
+        self.accelerators: dict[str, int] = {}
+        self.times: list[float] = []
+        self.busy: list[int] = []
+        self.queue: list[int] = []
+        self.active: list[int] = []  # jobs pending or running
+        # Holdings changes: instant (index into times), project code, accelerator code, delta.
+        self.changes: tuple[list[int], list[int], list[int], list[int]] = ([], [], [], [])
+        self.last_t = 0.0
 
     def run(self, events: Sequence[Mapping[str, Any]]) -> _Replay:
-        times, busy, queue, active = self.times, self.busy, self.queue, self.active
-        touched: set[str] = set()  # projects whose jobs changed at the current instant
-        for n, ev in enumerate(_in_time_order(events)):
+        try:
+            return self._run(events)
+        except _Unsorted:
+            self.__init__(self.infos)  # type: ignore[misc]
+            return self._run(sorted(events, key=lambda e: e.get("t", 0.0)))
+
+    def _run(self, events: Sequence[Mapping[str, Any]]) -> _Replay:  # noqa: C901 (one loop)
+        jobs, times = self.jobs, self.times
+        busy, queue, active = self.busy, self.queue, self.active
+        at, by_project, by_type, delta = self.changes
+        touched: list[_Project] = []  # projects whose jobs changed at the current instant
+        now_busy = now_queue = now_running = 0
+        i, last = -1, -math.inf
+        for n, ev in enumerate(events):
             try:
                 t, kind, name = float(ev["t"]), ev["event"], ev["job"]
             except (KeyError, TypeError, ValueError):
                 raise FormatError(f"event log: event {n}: needs t, event and job: {ev!r}") from None
-            if not times or t != times[-1]:  # events at one time share one point
-                self._settle(touched)
+            if t != last:  # events at one time share one point
+                if t < last:
+                    raise _Unsorted
+                if i >= 0:
+                    busy.append(now_busy)
+                    queue.append(now_queue)
+                    active.append(now_queue + now_running)
+                    for project in touched:
+                        project.settle(last)
+                    touched.clear()
                 times.append(t)
-                busy.append(0)
-                queue.append(0)
-                active.append(0)
-            job = self._track(name)
-            self._apply(job, kind, t, n)
-            touched.add(job.info.project)
-            busy[-1], queue[-1] = self.now_busy, self.now_queue
-            active[-1] = self.now_queue + self.now_running
-        self._settle(touched)
+                i += 1
+                last = t
+            job = jobs.get(name)
+            if job is None:
+                job = self._track(name)
+            project, state = job.project, job.state
+            touched.append(project)
+            if kind == "start":
+                if state == "pending":
+                    now_queue -= 1
+                    project.pending -= 1
+                    job.waited += t - job.pending_since  # type: ignore[operator]
+                    job.pending_since = None
+                if state != "running":  # (a repeated start: already holding)
+                    job.state, job.running_since = "running", t
+                    now_running += 1
+                    project.running += 1
+                    info = job.info
+                    now_busy += info.demand
+                    at.append(i)
+                    by_project.append(project.code)
+                    by_type.append(self._accelerator(info.accelerator))
+                    delta.append(info.demand)
+                if job.start is None:
+                    job.start = t
+                continue
+            if kind == "submit" or kind == "preempt":
+                if kind == "preempt" and state != "running":
+                    continue
+                if kind == "submit" and state == "pending":
+                    continue
+            elif kind in _END_STATE:
+                if state == "pending":
+                    now_queue -= 1
+                    project.pending -= 1
+                    job.waited += t - job.pending_since  # type: ignore[operator]
+                    job.pending_since = None
+            else:
+                raise FormatError(
+                    f"event log: event {n}: unknown event {kind!r} ({', '.join(EVENTS)})"
+                )
+            if state == "running" and job.running_since is not None:  # release its holding
+                job.run_time += t - job.running_since
+                job.running_since = None
+                now_running -= 1
+                project.running -= 1
+                info = job.info
+                now_busy -= info.demand
+                at.append(i)
+                by_project.append(project.code)
+                by_type.append(self._accelerator(info.accelerator))
+                delta.append(-info.demand)
+            if kind in _END_STATE:
+                job.state = _END_STATE[kind]
+                job.end = t
+                job.finish = t if kind == "finish" else None
+                continue
+            if kind == "preempt":
+                job.preemptions += 1
+            job.state, job.pending_since = "pending", t
+            now_queue += 1
+            project.pending += 1
+        if i >= 0:
+            busy.append(now_busy)
+            queue.append(now_queue)
+            active.append(now_queue + now_running)
+            for project in touched:
+                project.settle(last)
         self.last_t = times[-1] if times else 0.0
         for project in self.projects.values():  # spells still open when the log ends
             project.close(self.last_t)
         return self
 
-    def _settle(self, touched: set[str]) -> None:
-        if self.times:
-            for name in touched:
-                self.projects[name].settle(self.times[-1])
-        touched.clear()
-
     def _track(self, name: str) -> _Track:
-        track = self.jobs.get(name)
-        if track is None:
-            info = self.infos.get(name)
-            if info is None:
-                raise FormatError(f"event log: job {name!r} has no JobInfo (unknown job)")
-            track = self.jobs[name] = _Track(info)
-            if info.project not in self.projects:
-                self.projects[info.project] = _Project()
+        info = self.infos.get(name)
+        if info is None:
+            raise FormatError(f"event log: job {name!r} has no JobInfo (unknown job)")
+        project = self.projects.get(info.project)
+        if project is None:
+            project = self.projects[info.project] = _Project(len(self.projects))
+        track = self.jobs[name] = _Track(info, project)
         return track
 
-    def _apply(self, job: _Track, kind: str, t: float, n: int) -> None:
-        if kind == "submit":
-            self._to_queue(job, t)
-        elif kind == "start":
-            self._out_of_queue(job, t)
-            self._hold(job, t)
-            job.start = t if job.start is None else job.start
-        elif kind == "preempt":
-            if job.state == "running":
-                job.preemptions += 1
-                self._release(job, t)
-                self._to_queue(job, t)
-        elif kind in ("finish", "fail", "cancel", "reject"):
-            self._out_of_queue(job, t)
-            self._release(job, t)
-            job.state = _END_STATE[kind]
-            job.end = t
-            job.finish = t if kind == "finish" else None
-        else:
-            raise FormatError(f"event log: event {n}: unknown event {kind!r} ({', '.join(EVENTS)})")
-
-    def _to_queue(self, job: _Track, t: float) -> None:
-        if job.state != "pending":
-            self.now_queue += 1
-            self.projects[job.info.project].pending += 1
-            job.pending_since = t
-        job.state = "pending"
-
-    def _out_of_queue(self, job: _Track, t: float) -> None:
-        if job.state == "pending":
-            self.now_queue -= 1
-            self.projects[job.info.project].pending -= 1
-            if job.pending_since is not None:
-                job.waited += t - job.pending_since
-                job.pending_since = None
-
-    def _hold(self, job: _Track, t: float) -> None:
-        if job.state == "running":  # a repeated start: already holding
-            return
-        job.state, job.running_since = "running", t
-        self.now_running += 1
-        self.projects[job.info.project].running += 1
-        self._add(job.info, job.info.demand)
-
-    def _release(self, job: _Track, t: float) -> None:
-        if job.state != "running" or job.running_since is None:
-            return
-        job.run_time += t - job.running_since
-        job.running_since = None
-        self.now_running -= 1
-        self.projects[job.info.project].running -= 1
-        self._add(job.info, -job.info.demand)
-
-    def _add(self, info: JobInfo, delta: int) -> None:
-        i = len(self.times) - 1
-        self.now_busy += delta
-        _steps(self.held, info.project).add(i, delta)
-        _steps(self.by_type, info.accelerator).add(i, delta)
+    def _accelerator(self, name: str) -> int:
+        code = self.accelerators.get(name)
+        if code is None:
+            code = self.accelerators[name] = len(self.accelerators)
+        return code
 
     def rows(self) -> list[JobRow]:
         return [_row(track, self.last_t) for track in self.jobs.values()]
 
     def series(self, capacity: int) -> Series:
         n = len(self.times)
+        at, by_project, by_type, delta = (np.asarray(c, dtype=np.int64) for c in self.changes)
         return Series(
             times=np.asarray(self.times, dtype=float),
             busy=np.asarray(self.busy, dtype=float),
             queue=np.asarray(self.queue, dtype=float),
-            held={p: steps.dense(n) for p, steps in sorted(self.held.items())},
-            by_accelerator={k: steps.dense(n) for k, steps in sorted(self.by_type.items())},
+            held=_levels({p: v.code for p, v in self.projects.items()}, at, by_project, delta, n),
+            by_accelerator=_levels(self.accelerators, at, by_type, delta, n),
             capacity=capacity,
             active=np.asarray(self.active, dtype=float),
         )
@@ -336,42 +365,16 @@ class _Replay:
 _END_STATE = {"finish": "finished", "fail": "failed", "cancel": "cancelled", "reject": "rejected"}
 
 
-def _in_time_order(events: Sequence[Mapping[str, Any]]) -> Sequence[Mapping[str, Any]]:
-    """The log as given when it is in time order (it should be); else sorted stably by t."""
-    ts = [e.get("t", 0.0) for e in events]
-    if all(a <= b for a, b in zip(ts, ts[1:], strict=False)):
-        return events
-    return sorted(events, key=lambda e: e.get("t", 0.0))
-
-
-@dataclass(slots=True)
-class _Steps:
-    """A step function kept sparse during the sweep: only the points where it changed."""
-
-    level: int = 0
-    idx: list[int] = field(default_factory=list)
-    vals: list[int] = field(default_factory=list)
-
-    def add(self, i: int, delta: int) -> None:
-        self.level += delta
-        if self.idx and self.idx[-1] == i:  # several changes at one time: keep the last
-            self.vals[-1] = self.level
-        else:
-            self.idx.append(i)
-            self.vals.append(self.level)
-
-    def dense(self, n: int) -> np.ndarray:
-        """The values at all n points of the series (0 before the first change)."""
-        lengths = np.diff(np.append(self.idx, n))
-        head = np.zeros(self.idx[0] if self.idx else n)
-        return np.concatenate([head, np.repeat(np.asarray(self.vals, dtype=float), lengths)])
-
-
-def _steps(table: dict[str, _Steps], key: str) -> _Steps:
-    steps = table.get(key)
-    if steps is None:
-        steps = table[key] = _Steps()
-    return steps
+def _levels(codes: Mapping[str, int], at, which, delta, n: int) -> dict[str, np.ndarray]:
+    """Per name (sorted), the level at each of the n instants of the holdings changes whose
+    `which` is its code: the running sum of its changes up to and including the instant."""
+    out = {}
+    for name, code in sorted(codes.items()):
+        mine = which == code
+        if not mine.any():
+            continue  # (a project that never held anything has no line, as before)
+        out[name] = np.bincount(at[mine], weights=delta[mine], minlength=n).cumsum()
+    return out
 
 
 def _row(track: _Track, log_end: float) -> JobRow:
@@ -382,24 +385,24 @@ def _row(track: _Track, log_end: float) -> JobRow:
     waited = track.waited
     if track.pending_since is not None:  # still pending when the log ends
         waited += log_end - track.pending_since
-    started = track.start is not None
+    start, finish = track.start, track.finish
     return JobRow(
-        name=info.name,
-        project=info.project,
-        user=info.user,
-        accelerator=info.accelerator,
-        demand=info.demand,
-        duration=info.duration,
-        submit=info.submit,
-        start=track.start,
-        finish=track.finish,
-        end=track.end,
-        state="pending" if track.state == "new" else track.state,
-        wait=waited if started else None,
-        first_wait=track.start - info.submit if track.start is not None else None,
-        jct=None if track.finish is None else track.finish - info.submit,
-        run_time=run_time,
-        preemptions=track.preemptions,
+        info.name,
+        info.project,
+        info.user,
+        info.accelerator,
+        info.demand,
+        info.duration,
+        info.submit,
+        start,
+        finish,
+        track.end,
+        "pending" if track.state == "new" else track.state,
+        None if start is None else waited,
+        None if start is None else start - info.submit,
+        None if finish is None else finish - info.submit,
+        run_time,
+        track.preemptions,
     )
 
 
@@ -461,8 +464,9 @@ def analyse(
     guarantees: Mapping[str, Mapping[str, float]],
 ) -> Analysis:
     """The job table, the time series and the summary, from one sweep of the log."""
-    replay = _Replay(infos).run(events)
-    rows = replay.rows()
+    with _no_cyclic_gc():
+        replay = _Replay(infos).run(events)
+        rows = replay.rows()
     series = replay.series(sum(capacity.values()))
     t0 = min((r.submit for r in rows), default=0.0)
     finishes = [r.finish for r in rows if r.finish is not None]
@@ -496,6 +500,20 @@ def analyse(
         "per_project": _per_project(rows, series, end, span, guarantees, starved),
     }
     return Analysis(rows, series, summary)
+
+
+@contextmanager
+def _no_cyclic_gc() -> Iterator[None]:
+    """The sweep makes no reference cycles, but a track and a row per job: without this the
+    cyclic collector would walk the whole event log again and again while they are made
+    (half the sweep's time on a whole trace). Back as it was after."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def _longest(starved: Mapping[str, tuple[float, float]]) -> dict[str, Any]:
@@ -557,12 +575,10 @@ def _ratio(a: float, b: float) -> float:
 
 def write_job_csv(rows: Sequence[JobRow], path: str | Path) -> None:
     """One line per job; None is written as an empty cell."""
-    names = [f.name for f in dataclasses.fields(JobRow)]
     with open(path, "w", newline="", encoding="utf-8") as f:
         out = csv.writer(f)
-        out.writerow(names)
-        for row in rows:
-            out.writerow(["" if v is None else v for v in (getattr(row, n) for n in names)])
+        out.writerow(JobRow._fields)
+        out.writerows(rows)  # (the csv module writes None as an empty cell)
 
 
 def write_summary(summary: Mapping[str, Any], path: str | Path) -> None:

@@ -28,7 +28,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -319,20 +319,60 @@ def run_policies(
     """Run each policy and write its files (`write_run`), then the comparison
     (`write_comparison`). Several policies run in parallel processes, at most `processes`
     (default: the CPUs this process may use) at once, with the same outputs as one after
-    another; progress bars are for runs in this process only."""
+    another; progress bars are for runs in this process only. While fewer runs than CPUs
+    go at once, plots are drawn aside (see Drawer)."""
     several = len(configs) > 1
+    cpus = usable_cpus()
+    aside = min(len(configs), processes or cpus) < cpus
 
     def run_and_write(config: SchedulerConfig, bars: bool) -> Report:
-        bar = progress(config.policy) if progress is not None and bars else nullcontext(None)
-        with bar as update:
-            run = simulate(workload, config, options, update)
-        return write_run(run, outputs, several)
+        with Drawer(aside and outputs.out is not None) as drawer:
+            bar = progress(config.policy) if progress is not None and bars else nullcontext(None)
+            with bar as update:
+                run = simulate(workload, config, options, update)
+            return write_run(run, outputs, several, drawer)
 
     reports = in_processes(run_and_write, configs, processes)
     written = [path for report in reports for path in report.written]
     if outputs.out is not None:
-        written.append(write_comparison(reports, outputs.out))
+        with Drawer(aside) as drawer:
+            written.append(write_comparison(reports, outputs.out, drawer))
     return reports, written
+
+
+class Drawer:
+    """Draws plots here, or, `aside`, in a forked process beside this one: it imports
+    matplotlib while the engine runs and draws while this process writes the other files.
+    Leaving the context waits for every plot (and raises what drawing one raised)."""
+
+    def __init__(self, aside: bool = False) -> None:
+        self._pool: ProcessPoolExecutor | None = None
+        self._drawn: list[Future] = []
+        if aside and "fork" in multiprocessing.get_all_start_methods():
+            self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))
+            self._drawn.append(self._pool.submit(_import_matplotlib))
+
+    def draw(self, plot: Callable[..., Path], *args: Any) -> None:
+        if self._pool is None:
+            plot(*args)
+        else:
+            self._drawn.append(self._pool.submit(plot, *args))
+
+    def __enter__(self) -> Drawer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            try:
+                for future in self._drawn:
+                    future.result()
+            finally:
+                self._pool.shutdown(cancel_futures=True)
+
+
+def _import_matplotlib() -> None:
+    from matplotlib import figure  # noqa: F401
+    from matplotlib.backends import backend_agg  # noqa: F401  (what plots.py draws with)
 
 
 def in_processes(task: Callable[[T, bool], R], items: Sequence[T], processes=None) -> list[R]:
@@ -403,22 +443,25 @@ def write_summary_file(summary: dict[str, Any], path: str | Path) -> None:
     write_summary(summary, path)
 
 
-def write_policy_dir(run: PolicyRun, directory: str | Path) -> Path:
+def write_policy_dir(run: PolicyRun, directory: str | Path, drawer: Drawer | None = None) -> Path:
     """DIR/events.jsonl, jobs.csv, summary.json, utilisation.png, shares.png."""
     from corral.sim.plots import plot_shares, plot_utilisation
 
+    drawer = drawer or Drawer()
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    write_events(run.result.events, directory / "events.jsonl")
+    series, result = run.analysis.series, run.result
+    drawer.draw(plot_utilisation, series, directory / "utilisation.png")
+    drawer.draw(plot_shares, series, result.guarantees, result.capacity, directory / "shares.png")
+    write_events(result.events, directory / "events.jsonl")
     write_job_csv(run.analysis.rows, directory / "jobs.csv")
     write_summary(run.summary, directory / "summary.json")
-    series = run.analysis.series
-    plot_utilisation(series, directory / "utilisation.png")
-    plot_shares(series, run.result.guarantees, run.result.capacity, directory / "shares.png")
     return directory
 
 
-def write_run(run: PolicyRun, outputs: Outputs, several: bool) -> Report:
+def write_run(
+    run: PolicyRun, outputs: Outputs, several: bool, drawer: Drawer | None = None
+) -> Report:
     """The files of one run that `outputs` asks for: its events and summary files (named per
     policy when there are several) and OUT/POLICY/ (see write_policy_dir)."""
     written: list[Path] = []
@@ -429,20 +472,23 @@ def write_run(run: PolicyRun, outputs: Outputs, several: bool) -> Report:
         written.append(per_policy_path(outputs.summary, run.name, several))
         write_summary_file(run.summary, written[-1])
     if outputs.out is not None:
-        write_policy_dir(run, Path(outputs.out) / safe_name(run.name))
+        write_policy_dir(run, Path(outputs.out) / safe_name(run.name), drawer)
     jcts = [r.jct for r in run.analysis.rows if r.jct is not None]
     return Report(run.name, run.summary, jcts, written)
 
 
-def write_comparison(reports: Sequence[Report], out: str | Path) -> Path:
+def write_comparison(
+    reports: Sequence[Report], out: str | Path, drawer: Drawer | None = None
+) -> Path:
     """OUT/jct_cdf.png (every policy on one chart), OUT/starved.png (each project's longest
     starved spell per policy) and OUT/comparison.json (policy -> summary)."""
     from corral.sim.plots import plot_jct_cdf, plot_starved
 
+    drawer = drawer or Drawer()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    plot_jct_cdf({r.name: r.jcts for r in reports}, out / "jct_cdf.png")
-    plot_starved({r.name: r.summary for r in reports}, out / "starved.png")
+    drawer.draw(plot_jct_cdf, {r.name: r.jcts for r in reports}, out / "jct_cdf.png")
+    drawer.draw(plot_starved, {r.name: r.summary for r in reports}, out / "starved.png")
     write_summary({r.name: r.summary for r in reports}, out / "comparison.json")
     return out
 
