@@ -97,6 +97,7 @@ def rows(every: float):
             lambda s, q: f"{q.missed_instants} of {q.samples}",
             "0",
         ),
+        ("  only behind a project's head", lambda s, q: str(q.missed_behind), ""),
     )
 
 

@@ -19,12 +19,14 @@ from corral.sim.quality import audit
 OLD = [("b-old", 4, "gpu-0", 0)]
 
 
-def instant(smalls, policy: str, extra_jobs=()):
-    """Audit a log that ends with a's job pending at t=100, sampled at 0 and 100."""
+def instant(smalls, policy: str, big_head: bool = False):
+    """Audit a log that ends with a's job pending at t=100, sampled at 0 and 100; with
+    `big_head`, behind a's 8-GPU job (beyond a's guarantee), pending since 50."""
     running = OLD + smalls
     jobs = [job(name, "b", per, submit=t, duration=10_000) for name, per, _, t in running]
     jobs.append(job("a-job", "a", 4, submit=100, duration=100))
-    jobs += list(extra_jobs)
+    if big_head:
+        jobs.append(job("a-big", "a", 4, workers=2, submit=50, duration=100))
     scenario = load(
         {
             "cluster": "3x4:gpu",
@@ -38,6 +40,8 @@ def instant(smalls, policy: str, extra_jobs=()):
     for name, _, node, t in running:
         log.append({"t": t, "event": "submit", "job": name, "project": "b"})
         log.append({"t": t, "event": "start", "job": name, "project": "b", "nodes": [node]})
+    if big_head:
+        log.append({"t": 50, "event": "submit", "job": "a-big", "project": "a"})
     log.append({"t": 100, "event": "submit", "job": "a-job", "project": "a"})
     log.sort(key=lambda e: e["t"])
     config = scenario.quota.scheduler
@@ -59,8 +63,13 @@ def test_a_reclaim_the_policy_makes_is_no_miss_and_one_it_does_not_make_is():
     fifo = instant(PACKED, "fifo")  # fifo never preempts: the same instant is a miss
     assert fifo.missed_instants == 1
     (miss,) = fifo.misses
-    assert (miss.t, miss.project, miss.job) == (100, "a", "a-job")
+    assert (miss.t, miss.project, miss.job, miss.behind) == (100, "a", "a-job", False)
     assert miss.victim.startswith("b")
+    # Behind a's 8-GPU head job (beyond a's guarantee of 6) the same job is still a miss,
+    # one the count of misses behind a head job tells apart (issue 19, item 2).
+    fifo = instant(PACKED, "fifo", big_head=True)
+    assert [(m.job, m.behind) for m in fifo.misses] == [("a-job", True)]
+    assert (fifo.missed_instants, fifo.missed_behind) == (1, 1)
 
 
 def test_fair_today_misses_the_reclaim_that_needs_an_older_victim():

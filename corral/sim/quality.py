@@ -41,12 +41,15 @@ SLACK = 1e-9  # the core's slack on guarantees (snapshot.within)
 
 @dataclass(slots=True)
 class Miss:
-    """A missed reclaim: `job` of `project` would fit if `victim` were preempted."""
+    """A missed reclaim: `job` of `project` would fit if `victim` were preempted. `behind`:
+    the job is not its project's first in the queue (issue 19, item 2: a head job beyond the
+    guarantee holds back the jobs behind it)."""
 
     t: float
     project: str
     job: str
     victim: str
+    behind: bool
 
 
 @dataclass(slots=True)
@@ -59,6 +62,7 @@ class Quality:
     idle_fit_accel_s: float = 0.0  # free accelerators over those seconds
     samples: int = 0
     missed_instants: int = 0
+    missed_behind: int = 0  # instants with a miss, all of them behind their project's head
     misses: list[Miss] = field(default_factory=list)  # every missed project, instant by instant
 
 
@@ -89,14 +93,16 @@ def audit(
             quality.samples += 1
             misses = missed_reclaims(replay.rebuild(next_sample, new_policy()), new_policy())
             quality.missed_instants += bool(misses)
+            quality.missed_behind += bool(misses) and all(m[3] for m in misses)
             quality.misses += [Miss(next_sample, *m) for m in misses]
             next_sample += every_s
     return quality
 
 
-def missed_reclaims(snap: Snapshot, policy: Policy) -> list[tuple[str, str, str]]:
-    """(project, pending job, victim) for each project the decision on `snap` leaves out of a
-    reclaim one preemption would allow (see the module docstring); one example each."""
+def missed_reclaims(snap: Snapshot, policy: Policy) -> list[tuple[str, str, str, bool]]:
+    """(project, pending job, victim, behind its project's first job) for each project the
+    decision on `snap` leaves out of a reclaim one preemption would allow (see the module
+    docstring); one example each, the first such job in the queue."""
     decision = decide(snap, policy)
     pending = snap.pending.jobs
     served = {pending[s.job_id].project for s in decision.starts}
@@ -106,22 +112,24 @@ def missed_reclaims(snap: Snapshot, policy: Policy) -> list[tuple[str, str, str]
     for project, jobs in _pending_by_project(snap).items():
         if project in served:
             continue
-        for job in jobs:
+        for n, job in enumerate(jobs):
             if not within(cycle.held(project, job.accelerator), job.demand,
                           snap.guarantee_of(project, job.accelerator)):  # fmt: skip
                 continue
             victim = _one_victim_lets_in(cycle, policy, job)
             if victim is not None:
-                found.append((project, job.id, victim.job.id))
+                found.append((project, job.id, victim.job.id, n > 0))
                 break
     return found
 
 
 def _pending_by_project(snap: Snapshot) -> dict[str, list[Job]]:
-    """Pending jobs by project, one of each kind of resources (the rest would fit alike)."""
+    """Pending jobs by project in queue order: the first, then the first of each other kind
+    of resources (the rest would fit alike)."""
     out: dict[str, dict[tuple, Job]] = {}
-    for job in snap.pending.jobs.values():
-        out.setdefault(job.project, {}).setdefault(_kind(job), job)
+    for job in snap.pending.all:
+        kinds = out.setdefault(job.project, {})
+        kinds.setdefault(_kind(job) if kinds else (), job)
     return {p: list(kinds.values()) for p, kinds in sorted(out.items())}
 
 
