@@ -319,23 +319,22 @@ def run_policies(
     """Run each policy and write its files (`write_run`), then the comparison
     (`write_comparison`). Several policies run in parallel processes, at most `processes`
     (default: the CPUs this process may use) at once, with the same outputs as one after
-    another; progress bars are for runs in this process only. While fewer runs than CPUs
-    go at once, plots are drawn aside (see Drawer)."""
+    another; progress bars are for runs in this process only. When the runs go one after
+    another here and there is a spare CPU, plots are drawn aside (see Drawer)."""
     several = len(configs) > 1
     cpus = usable_cpus()
-    aside = min(len(configs), processes or cpus) < cpus
+    workers = min(len(configs), processes or cpus)
+    with Drawer(workers == 1 and cpus > 1 and outputs.out is not None) as drawer:
 
-    def run_and_write(config: SchedulerConfig, bars: bool) -> Report:
-        with Drawer(aside and outputs.out is not None) as drawer:
-            bar = progress(config.policy) if progress is not None and bars else nullcontext(None)
+        def run_and_write(config: SchedulerConfig, here: bool) -> Report:
+            bar = progress(config.policy) if progress is not None and here else nullcontext(None)
             with bar as update:
                 run = simulate(workload, config, options, update)
-            return write_run(run, outputs, several, drawer)
+            return write_run(run, outputs, several, drawer if here else None)
 
-    reports = in_processes(run_and_write, configs, processes)
-    written = [path for report in reports for path in report.written]
-    if outputs.out is not None:
-        with Drawer(aside) as drawer:
+        reports = in_processes(run_and_write, configs, workers)
+        written = [path for report in reports for path in report.written]
+        if outputs.out is not None:
             written.append(write_comparison(reports, outputs.out, drawer))
     return reports, written
 
@@ -343,7 +342,8 @@ def run_policies(
 class Drawer:
     """Draws plots here, or, `aside`, in a forked process beside this one: it imports
     matplotlib while the engine runs and draws while this process writes the other files.
-    Leaving the context waits for every plot (and raises what drawing one raised)."""
+    Leaving the context waits for every plot (and raises what drawing one raised). Make it
+    before any thread starts (a progress bar's), and fork nothing else while it is open."""
 
     def __init__(self, aside: bool = False) -> None:
         self._pool: ProcessPoolExecutor | None = None
