@@ -19,7 +19,9 @@ Needs root (ip netns) and Ray (pip install -e '.[test]').
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -37,15 +39,44 @@ def submit(server: LiveServer, *args: str) -> str:
     return json.loads(server.cli("submit", "--json", *args, admin=True).stdout)["id"]
 
 
-def latency(server: LiveServer, marks: Path, jobs: int) -> list[float]:
-    took = []
+# The steps from `corral submit` to the worker running, each timed from the one before:
+# the CLI's start and POST (the API's submitted_at), the control loop's decision (started_at),
+# then the supervisor's own steps (its run dir's phases.json), then the worker's first act.
+STEPS = {
+    "api": "CLI start + POST",
+    "decided": "API to the control loop's decision",
+    "taken": "decision to the supervisor having the run dir",
+    "placed": "placement group ready",
+    "actors": "actors ready and ports picked",
+    "claimed": "pooled actors claimed",
+    "running": "the start call to the worker running",
+}
+
+
+def latency(server: LiveServer, marks: Path, jobs: int) -> tuple[list[float], list[dict]]:
+    took, steps = [], []
     for i in range(jobs):
         mark = marks / f"start-{i}"
         sent = time.time()
         job = submit(server, "--per-worker", "1", "--", "sh", "-c", f"date +%s.%N > {mark}")
-        server.wait(job, "succeeded", timeout=60)
-        took.append(float(mark.read_text()) - sent)
-    return took
+        row = server.wait(job, "succeeded", timeout=60)
+        running = float(mark.read_text())
+        took.append(running - sent)
+        phases = json.loads((server.state / "runs" / job / "0" / "phases.json").read_text())
+        phases.pop("started", None)  # after the worker runs: ray.get returns later
+        times = {"sent": sent, "api": row["submitted_at"], "decided": row["started_at"]}
+        times |= phases | {"running": running}
+        order = sorted(times, key=times.__getitem__)
+        steps.append({b: times[b] - times[a] for a, b in itertools.pairwise(order)})
+    return took, steps
+
+
+def breakdown(steps: list[dict]) -> None:
+    print("where it goes (p50 of each step, in order):")
+    for name, what in STEPS.items():
+        values = [s[name] for s in steps if name in s]
+        if values:
+            print(f"  {statistics.median(values):7.3f} s  {what}")
 
 
 def node_death(server: LiveServer, cluster: RayCluster, spare: str) -> tuple[float, float]:
@@ -103,12 +134,18 @@ def main() -> int:
         marks = root / "marks"
         marks.mkdir()
         submit(server, "--", "true")  # the first launch warms the spare supervisor
-        took = latency(server, marks, args.jobs)
+        took, steps = latency(server, marks, args.jobs)
         print(
             f"submit to worker running ({args.jobs} jobs, one at a time): "
             f"p50 {statistics.median(took):.3f} s, p99 {pct(took, 0.99):.3f} s, "
-            f"min {min(took):.3f} s, max {max(took):.3f} s"
+            f"min {min(took):.3f} s, max {max(took):.3f} s; load {os.getloadavg()[0]:.1f}"
         )
+        api = [t - s["api"] for t, s in zip(took, steps, strict=True)]
+        print(
+            f"  of which after the POST (without the CLI's start): "
+            f"p50 {statistics.median(api):.3f} s, p99 {pct(api, 0.99):.3f} s"
+        )
+        breakdown(steps)
         for i in range(args.deaths):
             requeued, running = node_death(server, cluster, f"n{4 + i}")
             print(

@@ -57,6 +57,12 @@ class RayGang(Gang):
         self.pg: Any = None
         self.live = [False] * n  # the worker's host still runs (or its log is not drained)
         self.offsets = [0] * n  # bytes of each worker's log on its node copied so far
+        self.phases: dict[str, float] = {}  # wall time each step of starting the gang ended
+
+    def phase(self, name: str) -> None:
+        """Note that a step of starting the gang is done (phases.json: bench/bench_ray.py)."""
+        self.phases[name] = time.time()
+        log.info("%s", name)
 
     # --- placing ----------------------------------------------------------------------------
 
@@ -81,7 +87,7 @@ class RayGang(Gang):
             ray.get(self.pg.ready(), timeout=PLACE_TIMEOUT)
         except ray.exceptions.GetTimeoutError:
             raise NodeLost(f"Ray could not place the gang in {PLACE_TIMEOUT:g}s") from None
-        log.info("placement group ready")
+        self.phase("placed")
         remote = ray.remote(WorkerActor)
         self.actors = [
             remote.options(
@@ -93,7 +99,8 @@ class RayGang(Gang):
         ]
         need = 1 + (self.launch.num_slices > 1)
         ports = self.call(self.actors[0].free_ports.remote(need))
-        log.info("actors up; ports %s on %s", ports, workers[0].node)
+        self.phase("actors")
+        log.info("ports %s on %s", ports, workers[0].node)
         self.launch = replace(
             self.launch,
             master_addr=nodes[workers[0].node].address,
@@ -108,6 +115,8 @@ class RayGang(Gang):
         data, marker, hide = self.launch.to_dict(), str(self.run.path), [str(self.run.state_dir)]
         self.call([a.start.remote(data, i, marker, hide) for i, a in enumerate(self.actors)])
         self.live = [True] * len(self.actors)
+        self.phase("started")
+        write_json_atomic(self.run.file("phases.json"), self.phases)
         log.info("gang started: %s", [w.node for w in self.launch.workers])
 
     def call(self, refs: Any) -> Any:
@@ -130,6 +139,7 @@ class RayGang(Gang):
     # --- the loop ---------------------------------------------------------------------------
 
     def supervise(self) -> AttemptExit:
+        self.phase("taken")
         try:
             if not self.signals.stop_requested:
                 self.place()
