@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -252,6 +253,39 @@ def test_sigkill_of_corral_up_keeps_the_gang_and_adopts_it(pool, tmp_path):
     server.wait(job, "cancelled", timeout=20)
     assert [a["attempt"] for a in server.job(job)["attempts"]] == [0]
     wait_gone(run_dir(server, job, 0))
+
+
+def pooled_actors(server: LiveServer, job: str) -> set[str]:
+    """The pool's actors (ray_pool.py) the attempt's supervisor claimed, by name."""
+    text = (run_dir(server, job, 0) / "supervisor.log").read_text()
+    return set(re.findall(r"pool: (corral-pool-\S+) \(pid \d+\) is ", text))
+
+
+def test_a_reused_pooled_actor_leaks_nothing_between_jobs(pool, tmp_path):
+    """Job 1 takes both warm actors of a node, sets an env var, leaves a process that left
+    its group (setsid) and moves into another directory; job 2 fills the whole pool, so it
+    reuses job 1's actors: it sees none of that."""
+    _, server = pool
+    first = submit(
+        server,
+        *("--workers", "2", "--per-worker", "2", "-e", "LEAKED=job1", "--workdir", "/tmp"),
+        *("--", "sh", "-c", "setsid sleep 300 & cd /; echo $LEAKED"),
+    )
+    server.wait(first, "succeeded", timeout=30)
+    wait_gone(run_dir(server, first, 0))
+    probe = 'echo "leaked=${LEAKED:-none} cwd=$(pwd) gpus=$CUDA_VISIBLE_DEVICES"'
+    second = submit(
+        server,
+        *("--slices", "3", "--workers", "2", "--per-worker", "2", "--workdir", str(tmp_path)),
+        *("--", "sh", "-c", probe),
+    )
+    row = server.wait(second, "succeeded", timeout=30)
+    reused = pooled_actors(server, first)
+    assert len(reused) == 2 and reused <= pooled_actors(server, second)
+    for p in row["placement"]:
+        text = server.cli("logs", second, "--worker", str(p["worker"]), admin=True).stdout
+        gpus = ",".join(map(str, p["gpus"]))
+        assert f"leaked=none cwd={tmp_path} gpus={gpus}" in text, text
 
 
 def test_dead_node_loses_its_gang_which_is_requeued(pool):

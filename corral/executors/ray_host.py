@@ -1,18 +1,19 @@
 """The process that holds one worker of a gang on a Ray node.
 
-Its actor (ray_worker.py) runs `python -m corral.executors.ray_host DIR ACTOR_PID`; it forks
-at once and the parent exits, so the host is nobody's child in Ray: Ray kills an actor's own
-children when the actor dies, but would leave the worker (a session of its own) running. The
-host then:
+Its actor (ray_worker.py) runs `python -m corral.executors.ray_host DIR ACTOR_PID` ahead of the
+attempt, with its stdin the actor's order pipe; it forks at once, writes DIR/host.json (the
+host's ProcessRef) and the parent exits, so the host is nobody's child in Ray: Ray kills an
+actor's own children when the actor dies, but would leave the worker (a session of its own)
+running. The host waits for `go` on the order pipe (DIR/launch.json is written by then), then:
 
 - starts the worker as the local supervisor does (start_worker_process: its account, workdir
   and env), output to DIR/worker.log;
 - writes DIR/worker.json (the worker's ProcessRef; its pid is its process group) and, when the
   worker exits, DIR/exit.json ({"code"});
 - is a child subreaper, so what the worker orphans is reparented to it and reaped here;
-- watches its actor (a pidfd): if the actor dies (ray.kill, the driver gone, the node's raylet
-  gone), it SIGKILLs the worker's group and every descendant, so no process of a dead attempt
-  survives on the node;
+- watches its actor (a pidfd) and the order pipe: if the actor dies (ray.kill, the node's
+  raylet gone) or closes the pipe (the attempt is released), it SIGKILLs the worker's group and
+  every descendant, so no process of a dead attempt survives on the node;
 - exits once the worker's group is empty, killing whatever escaped it (setsid) on the way out.
 """
 
@@ -52,7 +53,7 @@ def kill_everything(worker: ProcessRef | None) -> None:
     kill_escaped_descendants()
 
 
-def host(work: Path, actor: int) -> int:
+def host(work: Path, actor: int, order: int) -> int:
     # Not SIG_IGN: an ignored signal stays ignored across exec, and the worker's shell could
     # then not even trap SIGTERM. A handler is reset to the default in the worker.
     signal.signal(signal.SIGTERM, lambda *_: None)
@@ -61,6 +62,9 @@ def host(work: Path, actor: int) -> int:
         actor_fd = os.pidfd_open(actor)
     except ProcessLookupError:
         return 1  # the actor is already gone: start nothing
+    ready, _, _ = select.select([actor_fd, order], [], [])
+    if actor_fd in ready or os.read(order, 3) != b"go\n":
+        return 0  # the actor died or let us go before the attempt: start nothing
     data = read_json(work / "launch.json")
     launch, index = Launch.from_dict(data["launch"]), data["index"]
     # The state dir is out of the job's sight where this node has it (one shared with the
@@ -80,8 +84,8 @@ def host(work: Path, actor: int) -> int:
     write_json_atomic(work / "worker.json", worker.to_dict())
     code = None
     while code is None or worker.group_exists():
-        ready, _, _ = select.select([actor_fd], [], [], TICK)
-        if ready:  # the actor died: the gang is over on this node
+        ready, _, _ = select.select([actor_fd, order], [], [], TICK)
+        if ready:  # the actor died or closed the pipe: the attempt is over on this node
             kill_everything(worker)
             return 1
         for pid, status in reap_children():
@@ -108,15 +112,18 @@ def reap_children() -> list[tuple[int, int]]:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     work, actor = Path(args[0]), int(args[1])
-    if os.fork():
-        return 0  # the actor's child exits at once; the host lives on, out of Ray's reach
+    child = os.fork()
+    if child:
+        # The actor's child exits at once; the host lives on, out of Ray's reach.
+        write_json_atomic(work / "host.json", ProcessRef.of(child).to_dict())
+        return 0
     os.setsid()
-    write_json_atomic(work / "host.json", ProcessRef.of(os.getpid()).to_dict())
-    # Our stdout is the actor's pipe; nothing more may go there, or the actor would block.
+    order = os.dup(0)  # the actor's order pipe, kept off the worker's fds (dup is CLOEXEC)
+    # Our stdout is the actor's; nothing more may go there, or the actor would block.
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
-    os._exit(host(work, actor))
+    os._exit(host(work, actor, order))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -75,6 +76,15 @@ def alive_nodes(infos: list[dict[str, Any]]) -> list[RayNode]:
     return [nodes[name] for name in sorted(nodes)]
 
 
+def nodes_file(state_dir: Path) -> Path:
+    return Path(state_dir) / "ray" / "nodes.json"
+
+
+def read_nodes(state_dir: Path) -> list[RayNode]:
+    """The alive nodes as the helper last wrote them (what the control plane placed on)."""
+    return [RayNode(**n) for n in read_json(nodes_file(state_dir)) or []]
+
+
 def connect(address: str) -> None:
     """Join the Ray cluster at `address` as a quiet driver."""
     import ray
@@ -93,7 +103,7 @@ class RayInventory:
 
     def __init__(self, address: str, state_dir: Path) -> None:
         self.address = address
-        self.path = state_dir / "ray" / "nodes.json"
+        self.path = nodes_file(state_dir)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.unlink(missing_ok=True)  # a previous run's list is not this pool's
         self._seen: int | None = None
@@ -123,7 +133,7 @@ class RayInventory:
         if stamp == self._seen:
             return None
         self._seen = stamp
-        return [RayNode(**n) for n in read_json(self.path) or []]
+        return read_nodes(self.path.parent.parent)
 
     def wait(self, timeout: float) -> list[RayNode]:
         """The first list of nodes; raises TimeoutError if Ray does not answer in time."""
@@ -139,9 +149,9 @@ class RayInventory:
 
     def close(self) -> None:
         if self._helper is not None and self._helper.poll() is None:
-            self._helper.terminate()
+            self._helper.terminate()  # it retires the idle pooled actors first
             with contextlib.suppress(subprocess.TimeoutExpired):
-                self._helper.wait(timeout=5)
+                self._helper.wait(timeout=10)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,18 +160,30 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m corral.executors.ray_inventory ADDRESS FILE", file=sys.stderr)
         return 2
     address, path = args[0], Path(args[1])
+    state_dir = path.parent.parent
     parent = os.getppid()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     import ray
 
+    from corral.executors import ray_pool
+
     connect(address)
+    pool = ray_pool.Keeper(state_dir)
+    stopping = []  # after connect: ray.init() may put its own handler in place
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))  # close(): a clean stop
     last = None
-    while os.getppid() == parent:  # the control plane died: so do we
-        nodes = [asdict(n) for n in alive_nodes(ray.nodes())]
+    # The control plane died (SIGKILL): so do we, and the pool waits for the next one.
+    while os.getppid() == parent and not stopping:
+        alive = alive_nodes(ray.nodes())
+        nodes = [asdict(n) for n in alive]
         if nodes != last:
             write_json_atomic(path, nodes)
             last = nodes
             print(json.dumps({"t": time.time(), "nodes": [n["name"] for n in nodes]}), flush=True)
+        pool.keep([n.node_id for n in alive])
         time.sleep(POLL_INTERVAL)
+    if stopping:
+        ray_pool.retire(state_dir)
     return 0
 
 

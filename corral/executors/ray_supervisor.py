@@ -1,8 +1,9 @@
 """The supervisor of one attempt on Ray: a detached process and a Ray driver.
 
-Run as `python -m corral.executors.ray_supervisor RUN_DIR ADDRESS`, or with `--spare ADDRESS`
-as a driver already connected that waits for its RUN_DIR on stdin (the executor keeps one
-ready, so a launch does not wait for Python and `ray.init()`). It keeps the local supervisor's
+Run as `python -m corral.executors.ray_supervisor RUN_DIR ADDRESS`, or with
+`--spare=STATE_DIR ADDRESS` as a driver already connected (and in touch with the pool's warm
+actors, ray_pool.py) that waits for its RUN_DIR on stdin (the executor keeps spares ready, so
+a launch does not wait for Python and `ray.init()`). It keeps the local supervisor's
 run directory protocol (rundir.py), so the executor, adoption after a control-plane restart and
 `lost` work exactly as for the local executor: it survives a SIGKILL of `corral up`, and if it
 dies itself its actors die with it (they belong to its driver) and their hosts kill the gang.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import select
 import signal
@@ -27,13 +29,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from corral.executors import ray_pool
 from corral.executors.base import (
     LOST,
     TERMINATED,
     AttemptExit,
     Launch,
 )
-from corral.executors.ray_inventory import alive_nodes, connect
+from corral.executors.ray_inventory import alive_nodes, connect, read_nodes
+from corral.executors.ray_worker import LeaseLost
 from corral.executors.rundir import ProcessRef, RunDir, read_json, write_json_atomic
 from corral.executors.supervisor import Gang, Signals, claim, record_failure
 
@@ -41,6 +45,7 @@ log = logging.getLogger("corral.ray.supervisor")
 
 TICK = 0.2  # seconds between polls of the workers (exits, logs)
 CALL_TIMEOUT = 30.0  # seconds for an actor call before the attempt is given up
+RELEASE_TIMEOUT = 15.0  # seconds for the actors to say nothing of the attempt is left
 PLACE_TIMEOUT = 30.0  # a pinned bundle that cannot be placed would wait forever without it
 BUNDLE = {"CPU": 0.001}  # a bundle needs some resource; corral, not Ray, accounts for devices
 
@@ -53,8 +58,11 @@ class RayGang(Gang):
     def __init__(self, run: RunDir, launch: Launch, signals: Signals) -> None:
         super().__init__(run, launch, signals)
         n = len(launch.workers)
+        self.owner = str(run.path)  # how the gang's actors know their attempt's calls
         self.actors: list[Any] = []
+        self.pooled: list[bool] = []  # whether each actor is the pool's (else our own)
         self.pg: Any = None
+        self.polls: dict[Any, int] = {}  # poll calls not answered yet -> worker index
         self.live = [False] * n  # the worker's host still runs (or its log is not drained)
         self.offsets = [0] * n  # bytes of each worker's log on its node copied so far
         self.phases: dict[str, float] = {}  # wall time each step of starting the gang ended
@@ -69,11 +77,8 @@ class RayGang(Gang):
     def place(self) -> None:
         import ray
         from ray.util.placement_group import placement_group
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        from corral.executors.ray_worker import WorkerActor
-
-        nodes = {n.name: n for n in alive_nodes(ray.nodes())}
+        nodes = {n.name: n for n in read_nodes(self.run.state_dir)}
         workers = self.launch.workers
         gone = sorted({w.node for w in workers} - nodes.keys())
         if gone:
@@ -83,22 +88,20 @@ class RayGang(Gang):
             name=f"corral-{self.run.job_id}-{self.run.attempt}",
             bundle_label_selector=[{"ray.io/node-id": nodes[w.node].node_id} for w in workers],
         )
+        placed = self.pg.ready()  # Ray places it while we claim pooled actors
+        node_ids = [nodes[w.node].node_id for w in workers]
+        for got in ray_pool.claim(self.run.state_dir, node_ids, self.owner):
+            self.actors.append(got[1] if got else None)
+            self.pooled.append(got is not None)
+        self.phase("claimed")
         try:
-            ray.get(self.pg.ready(), timeout=PLACE_TIMEOUT)
+            ray.get(placed, timeout=PLACE_TIMEOUT)
         except ray.exceptions.GetTimeoutError:
             raise NodeLost(f"Ray could not place the gang in {PLACE_TIMEOUT:g}s") from None
         self.phase("placed")
-        remote = ray.remote(WorkerActor)
-        self.actors = [
-            remote.options(
-                scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, i),
-                num_cpus=0,
-                max_restarts=0,
-            ).remote()
-            for i in range(len(workers))
-        ]
+        self.start_own_actors()
         need = 1 + (self.launch.num_slices > 1)
-        ports = self.call(self.actors[0].free_ports.remote(need))
+        ports = self.call(self.actors[0].free_ports.remote(self.owner, need))
         self.phase("actors")
         log.info("ports %s on %s", ports, workers[0].node)
         self.launch = replace(
@@ -109,11 +112,26 @@ class RayGang(Gang):
         )
         write_json_atomic(self.run.file("launch.json"), self.launch.to_dict())
 
+    def start_own_actors(self) -> None:
+        """An actor of this attempt's own, in its bundle, for each worker whose node had no
+        idle pooled actor: slower (Ray starts a worker process), gone with the attempt."""
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        own = [i for i, actor in enumerate(self.actors) if actor is None]
+        for i in own:
+            strategy = PlacementGroupSchedulingStrategy(self.pg, i)
+            self.actors[i] = ray_pool.actor_class().options(scheduling_strategy=strategy).remote()
+        if own:
+            log.info("no idle pooled actor for workers %s: starting their own", own)
+            self.call([self.actors[i].claim.remote(self.owner, math.inf) for i in own])
+
     def start_workers(self) -> None:
         if self.launch.max_runtime is not None:
             self.deadline = time.monotonic() + self.launch.max_runtime
         data, marker, hide = self.launch.to_dict(), str(self.run.path), [str(self.run.state_dir)]
-        self.call([a.start.remote(data, i, marker, hide) for i, a in enumerate(self.actors)])
+        self.call(
+            [a.start.remote(self.owner, data, i, marker, hide) for i, a in enumerate(self.actors)]
+        )
         self.live = [True] * len(self.actors)
         self.phase("started")
         write_json_atomic(self.run.file("phases.json"), self.phases)
@@ -125,7 +143,7 @@ class RayGang(Gang):
 
         try:
             return ray.get(refs, timeout=CALL_TIMEOUT)
-        except ray.exceptions.RayActorError as err:
+        except (ray.exceptions.RayActorError, LeaseLost) as err:
             raise NodeLost(f"{self.gone_nodes()} was lost ({type(err).__name__})") from None
 
     def gone_nodes(self) -> str:
@@ -158,21 +176,18 @@ class RayGang(Gang):
             self.sleep()
 
     def poll_workers(self) -> None:
+        """Take the actors' answers that are in, then ask again every live worker's actor
+        not asked yet: an actor slow to answer (its node dying) holds up nobody else's."""
         import ray
 
-        pending = {
-            self.actors[i].poll.remote(self.offsets[i]): i
-            for i in range(len(self.actors))
-            if self.live[i]
-        }
-        if not pending:
-            return
-        ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=CALL_TIMEOUT)
+        ready = []
+        if self.polls:
+            ready, _ = ray.wait(list(self.polls), num_returns=len(self.polls), timeout=0)
         for ref in ready:
-            i = pending[ref]
+            i = self.polls.pop(ref)
             try:
                 code, alive, chunk = ray.get(ref)
-            except ray.exceptions.RayActorError as err:
+            except ray.exceptions.RayError as err:  # the actor died, or is not ours any more
                 self.actor_died(i, err)
                 continue
             if chunk:
@@ -182,6 +197,10 @@ class RayGang(Gang):
             if code is not None and self.codes[i] is None:
                 self.record_exit(i, code)
             self.live[i] = alive or bool(chunk)  # one more poll drains the log's tail
+        asked = set(self.polls.values())
+        for i, actor in enumerate(self.actors):
+            if self.live[i] and i not in asked:
+                self.polls[actor.poll.remote(self.owner, self.offsets[i])] = i
 
     def actor_died(self, index: int, err: Exception) -> None:
         """Its host has killed the worker (it watches the actor): nothing of it is left."""
@@ -196,7 +215,7 @@ class RayGang(Gang):
     def signal_all(self, sig: int) -> None:
         for i, actor in enumerate(self.actors):
             if self.live[i]:
-                actor.signal.remote(int(sig))
+                actor.signal.remote(self.owner, int(sig))
 
     def workers_gone(self) -> bool:
         return not any(self.live)
@@ -213,18 +232,34 @@ class RayGang(Gang):
         return self.record_result()
 
     def release(self) -> None:
-        """The actors and the placement group go (their hosts have exited, or die with them)."""
+        """Nothing of the attempt is left on any node: each actor's host kills what is left
+        of its worker and exits; pooled actors go back to the pool, our own and the
+        placement group go."""
         import ray
         from ray.util.placement_group import remove_placement_group
 
+        refs = [
+            actor.release.remote(self.owner, reuse)
+            for actor, reuse in zip(self.actors, self.pooled, strict=False)
+            if actor is not None
+        ]
         with contextlib.suppress(Exception):
-            ray.get([a.cleanup.remote() for a in self.actors], timeout=5)
-        for actor in self.actors:
-            with contextlib.suppress(Exception):
-                ray.kill(actor)
+            ray.wait(refs, num_returns=len(refs), timeout=RELEASE_TIMEOUT)
+        for actor, pooled in zip(self.actors, self.pooled, strict=False):
+            if actor is not None and not pooled:
+                with contextlib.suppress(Exception):
+                    ray.kill(actor)
         if self.pg is not None:
             with contextlib.suppress(Exception):
                 remove_placement_group(self.pg)
+
+
+def warm_up() -> None:
+    """What placing a gang imports, imported before the launch (a spare waits for it)."""
+    import ray.util.placement_group
+    import ray.util.scheduling_strategies  # noqa: F401
+
+    ray_pool.actor_class()
 
 
 def handle_signals(signals: Signals) -> None:
@@ -250,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
         print(
-            "usage: python -m corral.executors.ray_supervisor (RUN_DIR | --spare) ADDRESS",
+            "usage: python -m corral.executors.ray_supervisor (RUN_DIR | --spare=STATE_DIR)"
+            " ADDRESS",
             file=sys.stderr,
         )
         return 2
@@ -260,8 +296,11 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s ray-supervisor[%(process)d] %(levelname)s %(message)s",
     )
     connect(args[1])
+    warm_up()
     handle_signals(signals)
-    if args[0] == "--spare":
+    if args[0].startswith("--spare="):
+        state_dir = Path(args[0].removeprefix("--spare="))
+        ray_pool.prefetch(state_dir)
         path = wait_for_run(sys.stdin)
         if path is None:
             return 0
