@@ -47,6 +47,13 @@ def test_a_start_that_waits_for_an_unknown_end_is_not_predicted():
         ],
     }
     assert predictions(sc, at=6) == {"b": (None, 100), "c": (None, 130)}
+    # Now b declares none: its own start is known, c's behind it is not.
+    sc["jobs"] = [
+        job("a", "p", 1, duration=100, max_runtime=100),
+        job("b", "p", 1, submit=5, duration=30),
+        job("c", "p", 1, submit=6, duration=30, max_runtime=30),
+    ]
+    assert predictions(sc, at=6) == {"b": (100, 100), "c": (None, 130)}
 
 
 def test_a_reservation_is_forecast_as_the_policy_holds_it():

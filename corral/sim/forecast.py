@@ -22,6 +22,7 @@ import dataclasses
 import math
 import random
 import statistics
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,7 +43,6 @@ class Forecast:
 
     starts: dict[str, float]
     at: float  # the time of the state it was made from
-    until: float  # starts are known up to here: the horizon, or where the cycle cap cut it
     seconds: float  # wall time it took
 
 
@@ -80,7 +80,9 @@ class WhatIf:
 
     def run(self) -> Forecast:
         t0 = time.perf_counter()
-        options = SimOptions(max_sim_time=self.now + self.horizon, max_cycles=self.max_cycles)
+        # (A finite end even with no horizon: the jobs with no max_runtime end at infinity.)
+        until = min(self.now + self.horizon, sys.float_info.max)
+        options = SimOptions(max_sim_time=until, max_cycles=self.max_cycles)
         sim = Simulator(self.nodes, self.quota, (), self.policy, options)
         running = [(_copy(job), nodes, t, end) for job, nodes, t, end in self.running]
         sim.resume(self.now, running, [(_copy(job), _work(job)) for job in self.pending])
@@ -91,14 +93,7 @@ class WhatIf:
             job_id = event["job"]
             if event["event"] == "start" and job_id in waiting and job_id not in starts:
                 starts[job_id] = event["t"]  # type: ignore[assignment]
-        capped = result.cycles >= self.max_cycles
-        until = result.end_time if capped else self.now + self.horizon
-        return Forecast(starts, self.now, until, time.perf_counter() - t0)
-
-
-def forecast(snap: Snapshot, policy: Policy, **options) -> Forecast:
-    """The predicted starts of `snap`'s pending jobs (see WhatIf for the options)."""
-    return WhatIf(snap, policy, **options).run()
+        return Forecast(starts, self.now, time.perf_counter() - t0)
 
 
 def _copy(job: Job) -> Job:
@@ -145,30 +140,21 @@ class ErrorFigures:
     instants: int
     forecast_seconds: list[float]  # wall time of each forecast
 
-    def predicted(self) -> list[Sample]:
-        return [s for s in self.samples if s.predicted is not None]
-
     def summary(self) -> dict[str, float]:
-        """Median and p90 absolute error (s), and the fractions within 1 h and within 10 % of
-        the actual wait from the instant, over the jobs with a prediction."""
-        known = self.predicted()
-        errors = sorted(abs(s.predicted - s.actual) for s in known)  # type: ignore[operator]
-        n = len(errors)
-        within_hour = sum(e <= 3600 for e in errors)
-        within_tenth = sum(
-            abs(s.predicted - s.actual) <= 0.1 * (s.actual - s.t)  # type: ignore[operator]
-            for s in known
-        )
-        late = sum(s.actual > s.predicted for s in known)  # type: ignore[operator]
+        """Median and p90 absolute error (s); over the jobs with a prediction, the fractions
+        within 1 h, within 10 % of the actual wait from the instant, and started later."""
+        known = [(s.predicted, s.actual, s.t) for s in self.samples if s.predicted is not None]
+        errors = sorted(abs(predicted - actual) for predicted, actual, _ in known)
+        n = len(known) or math.nan
         return {
             "instants": self.instants,
             "pending": len(self.samples),
-            "predicted": n,
+            "predicted": len(known),
             "median_error": _quantile(errors, 0.5),
             "p90_error": _quantile(errors, 0.9),
-            "within_1h": within_hour / n if n else math.nan,
-            "within_10pct": within_tenth / n if n else math.nan,
-            "late": late / n if n else math.nan,
+            "within_1h": sum(e <= 3600 for e in errors) / n,
+            "within_10pct": sum(abs(p - a) <= 0.1 * (a - t) for p, a, t in known) / n,
+            "late": sum(a > p for p, a, _ in known) / n,
             "forecast_mean_s": statistics.fmean(self.forecast_seconds or [math.nan]),
             "forecast_max_s": max(self.forecast_seconds, default=math.nan),
         }
