@@ -10,12 +10,13 @@ from corral.policies import load_policy
 from corral.sim.forecast import error_figures
 
 
-def predictions(sc: dict, at: float) -> dict[str, tuple[float | None, float]]:
+def predictions(sc: dict, at: float, **options) -> dict[str, tuple[float | None, float]]:
     """job -> (predicted start, actual start) for the jobs pending at the first instant from
     `at` on, after its cycle (one sample)."""
     scenario = load(sc)
     policy = load_policy(scenario.quota.scheduler)
-    found = error_figures(scenario.nodes, scenario.quota, scenario.jobs, policy, every=at)
+    jobs = scenario.jobs
+    found = error_figures(scenario.nodes, scenario.quota, jobs, policy, every=at, **options)
     first = min(s.t for s in found.samples)
     return {s.job: (s.predicted, s.actual) for s in found.samples if s.t == first}
 
@@ -34,6 +35,9 @@ def test_a_job_waiting_for_one_with_a_max_runtime_starts_when_it_ends():
         ],
     }
     assert predictions(sc, at=6) == {"b": (100, 100), "c": (130, 130)}
+    # Out of time after its first instant, the replay knows neither; within a horizon, b only.
+    assert predictions(sc, at=6, budget=0) == {"b": (None, 100), "c": (None, 130)}
+    assert predictions(sc, at=6, horizon=110) == {"b": (100, 100), "c": (None, 130)}
 
 
 def test_a_start_that_waits_for_an_unknown_end_is_not_predicted():

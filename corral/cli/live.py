@@ -839,7 +839,8 @@ def _predicted(data: dict[str, Any]) -> list[tuple[str, str]]:
         return []
     t = data.get("predicted_start")
     if t is None:
-        return [("predicted start", "- (not known: it waits for a job with no max_runtime)")]
+        why = "it waits for a job with no max_runtime, or is too far off"
+        return [("predicted start", f"- (not known: {why})")]
     at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
     return [("predicted start", f"{at} ({_start_in(data, time.time())})")]
 

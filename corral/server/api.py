@@ -104,8 +104,8 @@ _SUBMIT_DOC = {
 }
 
 _TIME_OR_NULL = {"type": ["number", "null"]}
-# A job as answers show it, in part (docs/live.md lists every field). Its id and name are left
-# out on purpose: a fuzzer that reads them from a listing would cancel any job it sees
+# A job as answers show it, in part (they carry more fields). Its id and name are left out on
+# purpose: a fuzzer that reads them from a listing would cancel any job it sees
 # (tests/test_live_fuzz.py keeps one job running the whole time).
 _JOB_SCHEMA = {
     "type": "object",
@@ -121,8 +121,8 @@ _JOB_SCHEMA = {
         | {
             "description": "a pending job's predicted start (Unix time), from a replay of the"
             " policy with each job running its whole max_runtime and no new arrivals; null"
-            " where it is not known (it waits on a job without a max_runtime, or beyond the"
-            " forecast's horizon) and for jobs not pending (docs/scheduling.md)"
+            " where it is not known (it waits for a job without a max_runtime, or is beyond what"
+            " the forecast reached) and for jobs not pending (docs/scheduling.md)"
         },
         "predicted_at": _TIME_OR_NULL
         | {"description": "when the forecast behind predicted_start was made (pending jobs)"},

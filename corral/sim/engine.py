@@ -36,7 +36,6 @@ class SimOptions:
     restart_penalty: float = 0.0  # seconds lost on each resume after a preemption
     slowdown: float = 0.0  # extra run time fraction for a gang spread over more nodes than needed
     max_sim_time: float | None = None  # stop the clock here; jobs still queued stay unfinished
-    max_cycles: int | None = None  # stop after this many cycles (bounds a forecast's cost)
     # Skip the cycles whose outcome the policy's shortcuts say is nothing (the events are the
     # same either way: off, `corral simulate --no-shortcuts`, runs a cycle at every event).
     shortcuts: bool = True
@@ -147,7 +146,6 @@ class Simulator:
     def _run(self, progress: Callable[[int], None] | None) -> SimResult:
         done = 0
         limit = self.options.max_sim_time
-        max_cycles = self.options.max_cycles
         now = 0.0
         queue, arrivals, n = self._queue, self._arrivals, len(self._arrivals)
         a = 0  # next arrival
@@ -155,8 +153,6 @@ class Simulator:
             now = min(queue[0][0] if queue else math.inf, arrivals[a][0] if a < n else math.inf)
             if limit is not None and now > limit:
                 now = limit
-                break
-            if max_cycles is not None and self.cycles >= max_cycles:
                 break
             self.snap.set_time(now)
             dirty = False

@@ -6,7 +6,8 @@ its max_runtime, each pending job, once started, runs its whole max_runtime. A j
 max_runtime holds what it gets beyond the horizon, so any job that would need its accelerators
 never starts in the replay: a pending job's predicted start is its first start there, and it
 is known only when every end it waits for is known (as Slurm shows N/A). Beyond the horizon, or
-past the cycle cap, nothing is known either. The policy may preempt within the replay.
+past where the replay got in its time budget, nothing is known either. The policy may preempt
+within the replay.
 
 A job that is stopping (its grace) is taken as stopped: its accelerators are free at once, and
 the job itself is not forecast until it is back in the queue.
@@ -18,6 +19,7 @@ instants, it forecasts every pending job and compares with the job's next actual
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import math
 import random
@@ -34,7 +36,13 @@ from corral.formats.types import Node, Quota, ScenarioJob
 from corral.sim.engine import SimOptions, Simulator
 
 HORIZON = 7 * 86400.0  # seconds ahead a forecast looks
-MAX_CYCLES = 5_000  # cycles one forecast may run (a queue of 10,000 must not take long)
+# Wall seconds a replay may take: fair's cycles on a queue of 10,000 take tens of ms each, and
+# the control plane must not spend minutes on one forecast.
+BUDGET = 2.0
+
+
+class _OutOfTime(Exception):
+    """The replay ran past its budget: the starts so far stand, the rest are not known."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,11 +66,11 @@ class WhatIf:
         policy: Policy,
         now: float | None = None,
         horizon: float = HORIZON,
-        max_cycles: int = MAX_CYCLES,
+        budget: float = BUDGET,
     ):
         self.now = snap.now if now is None else now
         self.horizon = horizon
-        self.max_cycles = max_cycles
+        self.budget = budget
         self.nodes, self.quota = snap.cluster.nodes, snap.quota
         self.policy = type(policy)(policy.config)  # a policy may keep memos of its snapshot
         self.pending = list(snap.pending.jobs.values())
@@ -82,14 +90,20 @@ class WhatIf:
         t0 = time.perf_counter()
         # (A finite end even with no horizon: the jobs with no max_runtime end at infinity.)
         until = min(self.now + self.horizon, sys.float_info.max)
-        options = SimOptions(max_sim_time=until, max_cycles=self.max_cycles)
-        sim = Simulator(self.nodes, self.quota, (), self.policy, options)
+        sim = Simulator(self.nodes, self.quota, (), self.policy, SimOptions(max_sim_time=until))
         running = [(_copy(job), nodes, t, end) for job, nodes, t, end in self.running]
         sim.resume(self.now, running, [(_copy(job), _work(job)) for job in self.pending])
-        result = sim.run()
+        deadline = t0 + self.budget
+
+        def check_time(_done: int) -> None:  # called after each instant's cycle
+            if time.perf_counter() > deadline:
+                raise _OutOfTime
+
+        with contextlib.suppress(_OutOfTime):  # the starts so far stand
+            sim.run(progress=check_time if math.isfinite(deadline) else None)
         waiting = {job.id for job in self.pending}
         starts: dict[str, float] = {}
-        for event in result.events:
+        for event in sim.events:
             job_id = event["job"]
             if event["event"] == "start" and job_id in waiting and job_id not in starts:
                 starts[job_id] = event["t"]  # type: ignore[assignment]
@@ -173,7 +187,7 @@ def error_figures(
     policy: Policy,
     every: float = 6 * 3600.0,
     horizon: float = math.inf,
-    max_cycles: int = 10**9,
+    budget: float = math.inf,
 ) -> ErrorFigures:
     """Replay `jobs`; every `every` seconds of simulated time (at the first instant from then
     on, after its cycle), forecast the pending jobs and compare each prediction with the job's
@@ -187,7 +201,7 @@ def error_figures(
         if snap.now < next_at[0] or not len(snap.pending):
             return
         next_at[0] = (snap.now // every + 1) * every
-        what_if = WhatIf(snap, sim.policy, horizon=horizon, max_cycles=max_cycles)
+        what_if = WhatIf(snap, sim.policy, horizon=horizon, budget=budget)
         forecasts.append((snap.now, list(snap.pending.jobs), what_if.run()))
 
     result = sim.run(progress=sample)
