@@ -91,17 +91,7 @@ class Simulator:
         self._arrivals: list[tuple[float, str]] = []
         for sj in sorted(jobs, key=lambda sj: (sj.submit, sj.spec.name)):  # file order is no tie
             self._arrivals.append((sj.submit, sj.spec.name))
-            self.jobs[sj.spec.name] = SimJob(
-                job=Job.from_spec(
-                    sj.spec,
-                    sj.spec.name,
-                    sj.user,
-                    quota.resolve_priority(sj.spec.priority),
-                    sj.submit,
-                    sj.duration,
-                ),
-                duration=sj.duration,
-            )
+            self.jobs[sj.spec.name] = SimJob(job=core_job(sj, quota), duration=sj.duration)
 
     def resume(
         self,
@@ -301,6 +291,13 @@ class Simulator:
         entry = {"t": t, "event": event, "job": job.id, "project": job.project}
         self.events.append(entry)
         return entry
+
+
+def core_job(sj: ScenarioJob, quota: Quota) -> Job:
+    """The core's view of a scenario or trace job, as submitted."""
+    spec = sj.spec
+    priority = quota.resolve_priority(spec.priority)
+    return Job.from_spec(spec, spec.name, sj.user, priority, sj.submit, sj.duration)
 
 
 def arrival_may_act(last: CycleRun, policy: Policy, job: Job) -> bool:

@@ -231,7 +231,6 @@ class _Replay:
 
     def _run(self, events: Sequence[Mapping[str, Any]]) -> _Replay:  # noqa: C901 (one loop)
         jobs, times = self.jobs, self.times
-        busy, queue, active = self.busy, self.queue, self.active
         at, by_project, by_type, delta = self.changes
         touched: list[_Project] = []  # projects whose jobs changed at the current instant
         now_busy = now_queue = now_running = 0
@@ -245,12 +244,7 @@ class _Replay:
                 if t < last:
                     raise _Unsorted
                 if i >= 0:
-                    busy.append(now_busy)
-                    queue.append(now_queue)
-                    active.append(now_queue + now_running)
-                    for project in touched:
-                        project.settle(last)
-                    touched.clear()
+                    self._point(now_busy, now_queue, now_running, touched, last)
                 times.append(t)
                 i += 1
                 last = t
@@ -315,15 +309,20 @@ class _Replay:
             now_queue += 1
             project.pending += 1
         if i >= 0:
-            busy.append(now_busy)
-            queue.append(now_queue)
-            active.append(now_queue + now_running)
-            for project in touched:
-                project.settle(last)
+            self._point(now_busy, now_queue, now_running, touched, last)
         self.last_t = times[-1] if times else 0.0
         for project in self.projects.values():  # spells still open when the log ends
             project.close(self.last_t)
         return self
+
+    def _point(self, busy: int, queue: int, running: int, touched: list[_Project], t: float):
+        """Close the instant `t`: the levels from then on, and its projects' starved spells."""
+        self.busy.append(busy)
+        self.queue.append(queue)
+        self.active.append(queue + running)
+        for project in touched:
+            project.settle(t)
+        touched.clear()
 
     def _track(self, name: str) -> _Track:
         info = self.infos.get(name)

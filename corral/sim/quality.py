@@ -35,6 +35,7 @@ from corral.core.policy import Policy
 from corral.core.preempt import eligible
 from corral.core.snapshot import Snapshot, within
 from corral.formats.types import Node, Quota, ScenarioJob
+from corral.sim.engine import core_job
 
 SLACK = 1e-9  # the core's slack on guarantees (snapshot.within)
 
@@ -163,17 +164,7 @@ class _LogReplay:
     def __init__(self, nodes, quota: Quota, jobs: Sequence[ScenarioJob], policy: Policy, penalty):
         self.nodes, self.quota, self.penalty = nodes, quota, penalty
         self.snap = policy.snapshot(nodes, quota)
-        self.jobs = {
-            sj.spec.name: Job.from_spec(
-                sj.spec,
-                sj.spec.name,
-                sj.user,
-                quota.resolve_priority(sj.spec.priority),
-                sj.submit,
-                sj.duration,
-            )  # fmt: skip
-            for sj in jobs
-        }
+        self.jobs = {sj.spec.name: core_job(sj, quota) for sj in jobs}
         self.attempts: dict[str, tuple[float, tuple[str, ...]]] = {}  # running: start, nodes
         # Pending jobs by kind of resources (insertion-ordered sets): fit is asked per kind.
         self.kinds: dict[tuple, dict[str, None]] = {}
