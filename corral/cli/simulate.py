@@ -145,43 +145,48 @@ def simulate(
     # Imported here: main() registers this command on every `corral` invocation, and the
     # simulator's imports (numpy, the policies) should not slow down the live commands.
     from corral.sim import run as sim_run
+    from corral.sim.metrics import no_cyclic_gc
 
     _importable_cwd()
-    try:
-        spec = sim_run.WorkloadSpec(
-            scenario=scenario,
-            trace=trace,
-            trace_format=trace_format,
-            synthetic=synthetic,
-            rate_per_hour=None if rate is None else parse_rate(rate),
-            seed=seed,
-            projects=_names(projects),
-            cluster=cluster,
-            quota=quota,
-            shares=shares,
-            skip_bad=skip_bad,
-            first=_non_negative(first, "--first"),
-            window=None if window is None else parse_window(window),
-        )
-        options = _sim_options(round_s, restart_penalty, slowdown, max_sim_time)
-        options.shortcuts = not no_shortcuts
-        workload = sim_run.build_workload(spec)
-        configs = sim_run.policy_configs(workload.quota.scheduler, _names(policy), placement)
-        outputs = sim_run.Outputs(events=events, summary=summary, out=out)
-        outputs.prepare()
-        label = f"{len(workload.jobs)} jobs"
-        reports, written = sim_run.run_policies(
-            workload,
-            configs,
-            options,
-            outputs,
-            progress=lambda policy: _progress(len(workload.jobs), f"{policy}: {label}"),
-            processes=_positive(processes, "--processes"),
-        )
-    except FormatError as err:
-        fail(str(err))
-    except OSError as err:
-        fail(_os_message(err))
+    # A batch command: loading, replay and metrics make millions of objects and no reference
+    # cycles (tests/test_sim_gc.py), so the cyclic collector would only walk them again and
+    # again (a tenth of the command's time).
+    with no_cyclic_gc():
+        try:
+            spec = sim_run.WorkloadSpec(
+                scenario=scenario,
+                trace=trace,
+                trace_format=trace_format,
+                synthetic=synthetic,
+                rate_per_hour=None if rate is None else parse_rate(rate),
+                seed=seed,
+                projects=_names(projects),
+                cluster=cluster,
+                quota=quota,
+                shares=shares,
+                skip_bad=skip_bad,
+                first=_non_negative(first, "--first"),
+                window=None if window is None else parse_window(window),
+            )
+            options = _sim_options(round_s, restart_penalty, slowdown, max_sim_time)
+            options.shortcuts = not no_shortcuts
+            workload = sim_run.build_workload(spec)
+            configs = sim_run.policy_configs(workload.quota.scheduler, _names(policy), placement)
+            outputs = sim_run.Outputs(events=events, summary=summary, out=out)
+            outputs.prepare()
+            label = f"{len(workload.jobs)} jobs"
+            reports, written = sim_run.run_policies(
+                workload,
+                configs,
+                options,
+                outputs,
+                progress=lambda policy: _progress(len(workload.jobs), f"{policy}: {label}"),
+                processes=_positive(processes, "--processes"),
+            )
+        except FormatError as err:
+            fail(str(err))
+        except OSError as err:
+            fail(_os_message(err))
     if as_json:
         _print_json({report.name: report.summary for report in reports})
     else:

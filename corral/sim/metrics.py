@@ -107,18 +107,19 @@ class Series:
 
 def infos_from_jobs(jobs: Iterable[ScenarioJob]) -> dict[str, JobInfo]:
     """JobInfo for each job of a scenario or trace, keyed by job name."""
-    return {
-        j.spec.name: JobInfo(
-            name=j.spec.name,
-            project=j.spec.project,
-            user=j.user,
-            submit=j.submit,
-            duration=j.duration,
-            demand=j.spec.resources.total,
-            accelerator=j.spec.resources.accelerator,
-        )
-        for j in jobs
-    }
+    with no_cyclic_gc():  # (one object per job)
+        return {
+            j.spec.name: JobInfo(
+                name=j.spec.name,
+                project=j.spec.project,
+                user=j.user,
+                submit=j.submit,
+                duration=j.duration,
+                demand=j.spec.resources.total,
+                accelerator=j.spec.resources.accelerator,
+            )
+            for j in jobs
+        }
 
 
 def guarantees_from_quota(quota: Quota, capacity: Mapping[str, int]) -> dict[str, dict[str, float]]:
@@ -463,7 +464,7 @@ def analyse(
     guarantees: Mapping[str, Mapping[str, float]],
 ) -> Analysis:
     """The job table, the time series and the summary, from one sweep of the log."""
-    with _no_cyclic_gc():
+    with no_cyclic_gc():
         replay = _Replay(infos).run(events)
         rows = replay.rows()
     series = replay.series(sum(capacity.values()))
@@ -502,10 +503,10 @@ def analyse(
 
 
 @contextmanager
-def _no_cyclic_gc() -> Iterator[None]:
-    """The sweep makes no reference cycles, but a track and a row per job: without this the
-    cyclic collector would walk the whole event log again and again while they are made
-    (half the sweep's time on a whole trace). Back as it was after."""
+def no_cyclic_gc() -> Iterator[None]:
+    """For work that makes many objects and no reference cycles (the sweep: a track and a
+    row per job): without it the cyclic collector would walk the whole event log again and
+    again while they are made (half the sweep's time on a whole trace). Back as it was after."""
     collecting = gc.isenabled()
     gc.disable()
     try:
