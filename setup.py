@@ -26,7 +26,7 @@ COMPILED = [
     "corral/core/cycle.py",
     "corral/core/decide.py",
     "corral/core/fit.py",
-    "corral/core/memocheck.py",
+    "corral/core/memos.py",
     "corral/core/model.py",
     "corral/core/order.py",
     "corral/core/policy.py",

@@ -13,7 +13,7 @@ from corral.core.cycle import Cycle
 from corral.core.model import Job
 from corral.core.preempt import could_free_room
 from corral.core.reserve import outlasts
-from corral.policies.fair import Fair, _found_short, _giver, _givers
+from corral.policies.fair import Fair, _found_short, _giver, _givers, _kept, _memo
 
 
 class Checking(Fair):
@@ -26,7 +26,7 @@ class Checking(Fair):
         self.skipped: list[str] = []  # jobs whose reclaim a smaller one's failure ruled out
 
     def _may_free(self, cycle: Cycle, job: Job) -> bool:
-        before = dict(cycle.snap.policy_memo)
+        before = dict(_kept(cycle.snap).released)
         got = super()._may_free(cycle, job)
         every = _givers(cycle, job.accelerator)
         snap = cycle.snap
@@ -50,7 +50,7 @@ class Checking(Fair):
                     fresh[i] = fresh.get(i, 0) + run.job.per_worker
             assert self._released(cycle, job.accelerator, giver) == fresh
         self.checks += 1
-        self.kept += any(before.get(("fair.released", job.accelerator, g.project)) for g in givers)
+        self.kept += any(before.get((job.accelerator, g.project)) for g in givers)
         return got
 
     def _reclaim(self, cycle: Cycle, job: Job):
@@ -65,7 +65,7 @@ class Checking(Fair):
 
     def _may_reclaim(self, cycle: Cycle, project: str) -> bool:
         got = super()._may_reclaim(cycle, project)
-        if not got and cycle.scratch.get("fair.reclaim"):
+        if not got and _memo(cycle).reclaim:
             for job in cycle.snap.pending.jobs.values():
                 if job.project == project and cycle.within_guarantee(job):
                     self._check_unfreed(cycle, job, False)

@@ -19,7 +19,7 @@ from simkit import job, load, quota, simulate
 from corral.core.cycle import Cycle
 from corral.core.model import Job
 from corral.core.preempt import Preemption
-from corral.policies.fair import Fair, _Answers, _ProjectQueue
+from corral.policies.fair import Fair, _Answers, _memo, _ProjectQueue
 
 
 class Plain(Fair):
@@ -29,9 +29,9 @@ class Plain(Fair):
 
     def order(self, cycle: Cycle):
         seen: set[str] = set()
-        cycle.scratch["fair.reclaim"] = True
+        _memo(cycle).reclaim = True
         yield from self._plain_pass(cycle, seen, within=True)
-        cycle.scratch["fair.reclaim"] = False
+        _memo(cycle).reclaim = False
         yield from self._plain_pass(cycle, seen, within=False)
 
     def _plain_pass(self, cycle: Cycle, seen: set[str], within: bool):
@@ -74,7 +74,7 @@ class Plain(Fair):
     def _progress(self, cycle: Cycle, project: str) -> bool:
         return (
             self._plain_fits(cycle, project)
-            or (cycle.scratch["fair.reclaim"] and self._plain_has_room(cycle, project))
+            or (_memo(cycle).reclaim and self._plain_has_room(cycle, project))
             or self._plain_outranks(cycle, project)
         )
 

@@ -1,5 +1,5 @@
 """The rule and scenario tests once more in check mode (CORRAL_CHECK_MEMOS=1): every memoised
-answer with a check (corral/core/memocheck.py) is computed again from scratch where it is used,
+answer with a check (corral/core/memos.py) is computed again from scratch where it is used,
 and a difference fails the run."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.core.memocheck import same
+from corral.core.memos import same
 
 TESTS = Path(__file__).parent
 CHECKED = ["test_rules.py", "test_examples.py", "test_skipped_cycles.py", "test_plan_memo.py"]

@@ -1,4 +1,4 @@
-"""The memoised reservation plan (`Snapshot.plan_memo`) is always the plan made afresh.
+"""The memoised reservation plan (`Snapshot.memos.plan`) is always the plan made afresh.
 
 A blocked head job usually keeps its reservation for many cycles, so `plan_reservation`
 reuses the previous plan when what it read is unchanged. Here every plan of busy random
@@ -74,14 +74,14 @@ def _checking(base: type[Policy], reused: list[bool]) -> Policy:
 
 def _plan_both_ways(cycle: Cycle, job: Job, reused: list[bool]) -> None:
     snap = cycle.snap
-    before = snap.plan_memo
+    before = snap.memos.plan
     planned = plan_reservation(cycle, job)
-    kept = snap.plan_memo
+    kept = snap.memos.plan
     reused.append(planned is not None and before is not None and kept is before)
-    snap.plan_memo = None
+    snap.memos.plan = None
     fresh = plan_reservation(cycle, job)
     assert _key(planned) == _key(fresh), f"t={snap.now} job={job.id}"
-    snap.plan_memo = kept
+    snap.memos.plan = kept
 
 
 @pytest.mark.parametrize("policy", [Fifo, Fair])

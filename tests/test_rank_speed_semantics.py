@@ -19,6 +19,7 @@ import pytest
 from simkit import check_invariants, job, load, quota, simulate
 
 from corral.core.decide import run_cycle
+from corral.core.memos import PolicyMemo
 from corral.core.policy import Policy
 from corral.core.preempt import could_free_room, eligible, find_victims
 from corral.core.snapshot import shape_of
@@ -33,6 +34,23 @@ INF = float("inf")
 # --- the direct implementation ----------------------------------------------------------------
 
 
+class DirectMemo(PolicyMemo):
+    """The direct policy's memos of one cycle: failed searches, the worst rank after the
+    cycle, the running jobs ranked per type."""
+
+    def __init__(self) -> None:
+        self.failed: dict = {}
+        self.after: float | None = None
+        self.after_known = False
+        self.ranked: dict = {}
+
+
+def memo(cycle) -> DirectMemo:
+    if not isinstance(cycle.memo, DirectMemo):
+        cycle.memo = DirectMemo()
+    return cycle.memo
+
+
 class DirectRank(Policy):
     preemptive = True
 
@@ -40,7 +58,7 @@ class DirectRank(Policy):
         yield from cycle.snap.pending.all
 
     def order(self, cycle):
-        failed = cycle.scratch.setdefault("direct.failed", {})
+        failed = memo(cycle).failed
         dead = set()
         shapes = cycle.snap.pending.shapes
         for job_ in self.ranked_pending(cycle):
@@ -62,14 +80,16 @@ class DirectRank(Policy):
         return max((r[0][0] for r in ranked if r), default=None)
 
     def may_preempt_for(self, cycle, job_):
-        if "direct.after" not in cycle.scratch:
+        kept = memo(cycle)
+        if not kept.after_known:
             runs = [r for r in cycle.running_after() if eligible(cycle, r, self.min_runtime)]
-            cycle.scratch["direct.after"] = max(self.running_ranks(cycle, runs), default=None)
-        worst = cycle.scratch["direct.after"]
+            kept.after = max(self.running_ranks(cycle, runs), default=None)
+            kept.after_known = True
+        worst = kept.after
         return worst is not None and self.pending_rank(cycle, job_) < worst
 
     def victims(self, cycle, job_):
-        failed = cycle.scratch.setdefault("direct.failed", {})
+        failed = memo(cycle).failed
         shape = shape_of(job_)
         rank = self.pending_rank(cycle, job_)
         if rank >= failed.get(shape, INF):
@@ -86,7 +106,7 @@ class DirectRank(Policy):
         return found
 
     def _ranked_running(self, cycle, accelerator):
-        cache = cycle.scratch.setdefault("direct.ranked", {})
+        cache = memo(cycle).ranked
         ranked = cache.get(accelerator)
         if ranked is None:
             runs = [

@@ -11,8 +11,9 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
+from corral.core import memos
+from corral.core.memos import PolicyMemo
 from corral.core.model import Decision, Job, Preempt, Reason, ReasonCode, Running, Start
 from corral.core.snapshot import Snapshot, within
 
@@ -52,7 +53,7 @@ class Cycle:
         "_blocks_long",
         "_domains",
         "_pristine",
-        "scratch",
+        "memo",
         "admitted",
         "started",
         "_after",
@@ -85,21 +86,24 @@ class Cycle:
         self.reserver: Job | None = None  # the blocked job the reservation is for (rule 6)
         self.reservation: Reservation | None = None
         self.decision = Decision()
+        # Memos of the free map, each kept exact by `_take` (checked in `blocks`): per type,
+        # nodes by free accelerators (`histogram`), and for long jobs beside held capacity
+        # (dropped when the reservation changes); per type and worker size, free worker
+        # slots (`blocks`; likewise); per type, the domains by free accelerators.
         self._hist: dict[str, list[int]] = {}
         self._hist_long: dict[str, list[int]] = {}
-        # accelerator -> per_worker -> free blocks (`blocks`), and the same for long jobs
-        # while a reservation holds capacity.
         self._blocks: dict[str, dict[int, int]] = _copy_counts(snap.slots)
         self._blocks_long: dict[str, dict[int, int]] = {}
         self._domains: dict[str, DomainIndex] = {}
         self._pristine = True  # no change yet: histograms are copied from the snapshot
-        self.scratch: dict[str, Any] = {}  # per-cycle memo of policies
+        self.memo: PolicyMemo | None = None  # the policy's own, for this cycle (memos.py)
         self.admitted: dict[str, int] = {}  # accelerators started by this cycle, per type
         self.started: list[Running] = []  # jobs this cycle starts
         # Counts admissions, preemptions, promises and the reservation: a policy may keep
         # answers within a cycle while this stays the same (nothing else changes capacity).
         self.changes = 0
-        self._unplaced: set[tuple] | None = None  # see known_unplaced
+        # Placements that failed, by what placement reads: until `changes` moves.
+        self._unplaced: set[tuple] | None = None
         self._unplaced_at = 0
 
     def untouched(self) -> bool:
@@ -128,7 +132,7 @@ class Cycle:
         other._blocks_long = _copy_counts(self._blocks_long)
         other._domains = {a: index.copy() for a, index in self._domains.items()}
         other._pristine = self._pristine
-        other.scratch = {}
+        other.memo = None
         other.admitted = self.admitted
         other.started = []
         other._after = None
@@ -147,6 +151,12 @@ class Cycle:
             for i, amount in self.promised.items():
                 after._take(i, amount)
             self._after = after
+        elif memos.CHECKING:
+            fresh = self.probe()
+            fresh.release_all(self.releasing)
+            for i, amount in self.promised.items():
+                fresh._take(i, amount)
+            memos.same("after release", self._after.free, fresh.free)
         return self._after
 
     def release(self, run: Running) -> None:
@@ -277,6 +287,9 @@ class Cycle:
             for k in range(len(hist)):  # (a typed loop: compiled to native int arithmetic)
                 found += hist[k] * weights[k]
             counts[per_worker] = found
+        if memos.CHECKING:  # the slot counts and histograms, against the free map
+            nodes = self.snap.cluster.by_type.get(accelerator, ())
+            memos.same("worker slots", found, sum(self.avail(i, long) // per_worker for i in nodes))
         return found
 
     def known_unplaced(self, job: Job, long: bool, after: bool) -> bool:
@@ -327,6 +340,11 @@ class Cycle:
             free = self.free
             index = DomainIndex({d: sum(free[i] for i in nodes) for d, nodes in typed.items()})
             self._domains[accelerator] = index
+        elif memos.CHECKING:
+            typed = self.snap.cluster.typed_domains.get(accelerator, {})
+            fresh = {d: sum(self.free[i] for i in nodes) for d, nodes in typed.items()}
+            order = sorted((n, d) for d, n in fresh.items())
+            memos.same("free per domain", (index.free, index.order), (fresh, order))
         return index
 
     def _take(self, node: int, amount: int) -> None:

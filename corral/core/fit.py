@@ -9,7 +9,7 @@ looks at one domain, not all of them.
 
 from __future__ import annotations
 
-from corral.core import memocheck
+from corral.core import memos
 from corral.core.cycle import Cycle
 from corral.core.model import Job
 
@@ -51,8 +51,8 @@ def place_unless_failed(
     an exclusive job), the jobs of the same kind behind it would fail again."""
     after = on is not None
     if cycle.known_unplaced(job, long, after):
-        if memocheck.CHECKING:
-            memocheck.same("failed placement", None, place(cycle if on is None else on, job, long))
+        if memos.CHECKING:
+            memos.same("failed placement", None, place(cycle if on is None else on, job, long))
         return None
     nodes = place(cycle if on is None else on, job, long)
     if nodes is None:

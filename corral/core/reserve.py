@@ -11,27 +11,27 @@ from collections.abc import Iterable, Iterator
 from itertools import compress
 from operator import ne
 
-from corral.core import memocheck
+from corral.core import memos
 from corral.core.cycle import Cycle, Reservation, SlotCounter
 from corral.core.fit import from_histogram, place
+from corral.core.memos import PlanMemo
 from corral.core.model import Job, Running
-from corral.core.snapshot import PlanMemo
 
 
 def plan_reservation(cycle: Cycle, job: Job) -> Reservation | None:
     # With jobs stopping, the plan starts from what they free: not memoised.
     memoised = not cycle.releasing
-    memo = cycle.snap.plan_memo
+    memo = cycle.snap.memos.plan
     if memoised and memo is not None and _same_plan(cycle, job, memo):
         kept = Reservation(job, memo.nodes, _due(cycle, memo.releases), memo.held)
-        if memocheck.CHECKING:
+        if memos.CHECKING:
             fresh = _plan(cycle, job, [])
-            memocheck.same("reservation plan", _plan_of(kept), _plan_of(fresh))
+            memos.same("reservation plan", _plan_of(kept), _plan_of(fresh))
         return kept
     released: list[Running] = []
     reservation = _plan(cycle, job, released)
     if memoised and reservation is not None:
-        cycle.snap.plan_memo = _memo(cycle, job, reservation, released)
+        cycle.snap.memos.plan = _memo(cycle, job, reservation, released)
     return reservation
 
 

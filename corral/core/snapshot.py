@@ -13,11 +13,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import mul
 from types import MappingProxyType
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import ClassVar, Generic, TypeVar
 
 from sortedcontainers import SortedKeyList, SortedList
 
-from corral.core import memocheck
+from corral.core import memos
+from corral.core.memos import SnapshotMemos
 from corral.core.model import Job, Running
 from corral.formats.types import Node, Quota
 
@@ -608,27 +609,6 @@ def _decrement(counts: dict[K, int], key: K) -> None:
         del counts[key]
 
 
-@dataclass(slots=True)
-class PlanMemo:
-    """The latest reservation plan and everything it read (see reserve.plan_reservation), so
-    the next cycle can tell whether planning again would give the same answer."""
-
-    job: Job
-    spread: bool
-    exclusive: dict[str, str]  # the cycle's exclusive domains
-    node_jobs: list[int]  # the cycle's running workers per node
-    free: list[int]  # the cycle's free map
-    after: list[int]  # the free map once `releases` are gone
-    releases: list[Running]  # running jobs released, in release order, until the job fit
-    inserts: int  # running_by_end.inserts then
-    nodes: tuple[int, ...]  # where the job fits then
-    held: dict[int, int]
-    one_domain: bool  # placed from one pool's histogram: nodes below one worker never matter
-    # Nodes where the snapshot's free map may differ from `free` (the snapshot adds those it
-    # changes), so an unchanged cycle finds what changed without comparing every node.
-    touched: set[int]
-
-
 class Snapshot:
     """Cluster, quota, pending and running jobs, and the time: everything `decide` reads."""
 
@@ -678,16 +658,7 @@ class Snapshot:
         self.in_use: dict[str, int] = {}  # type -> held by all projects (0s kept)
         self.capacity = self._capacity()
         self.guarantee = self._guarantees()
-        # Written by `decide`: an exact function of the state it was planned from, checked
-        # before each use (a blocked head job usually holds the same reservation for long).
-        self.plan_memo: PlanMemo | None = None
-        # Answers a policy carries from cycle to cycle, each checked against what it read
-        # before it is used again (see Fair._released), by the policy's own keys.
-        self.policy_memo: dict[object, Any] = {}
-        # Per reader of `touched_projects`: the projects whose jobs or usage changed since.
-        self._touched: dict[str, set[str]] = {}
-        # Projects with a pending job that fits within their guarantee (`projects_with_room`).
-        self._rooms: set[str] = set()
+        self.memos = SnapshotMemos()  # the only part `decide` writes (see memos.py)
 
     # -- quota -------------------------------------------------------------------------------
 
@@ -710,7 +681,8 @@ class Snapshot:
         self.quota = quota
         self.capacity = self._capacity()
         self.guarantee = self._guarantees()
-        self._touched.clear()  # every reader starts over
+        for reader in self.memos.readers:  # every reader starts over
+            reader.projects = None
 
     def guarantee_of(self, project: str, accelerator: str) -> float:
         shares = self.guarantee.get(project)  # (typed lookups: fast once compiled)
@@ -900,8 +872,9 @@ class Snapshot:
         after = self.free[node] = before + amount
         hist[before] -= 1
         hist[after] += 1
-        if self.plan_memo is not None:
-            self.plan_memo.touched.add(node)
+        plan = self.memos.plan
+        if plan is not None:
+            plan.touched.add(node)
         counts = self.slots.get(accel)
         if counts is not None:
             for per, count in counts.items():
@@ -918,23 +891,16 @@ class Snapshot:
     # -- reads -------------------------------------------------------------------------------
 
     def _touch(self, project: str) -> None:
-        for touched in self._touched.values():
-            touched.add(project)
-
-    def touched_projects(self, reader: str) -> set[str] | None:
-        """The projects whose pending jobs, running jobs or usage changed since `reader` last
-        asked; None the first time (and after a quota change): everything may have. Lets an
-        index kept across cycles bring only those projects up to date."""
-        touched = self._touched.get(reader)
-        self._touched[reader] = set()
-        return touched
+        for reader in self.memos.readers:
+            if reader.projects is not None:
+                reader.projects.add(project)
 
     def projects_with_room(self) -> set[str]:
         """Projects with a pending job that would keep them within their guarantee of its
         type (their smallest job of each type is enough to ask about). Read it, do not change
         it: it is kept up to date as jobs come, start and stop, one project at a time."""
-        rooms, pending = self._rooms, self.pending
-        touched = self.touched_projects("rooms")
+        rooms, pending = self.memos.rooms, self.pending
+        touched = self.memos.rooms_touched.take()
         if touched is None:
             rooms.clear()
             touched = set(pending.demand)
@@ -943,9 +909,9 @@ class Snapshot:
                 rooms.add(project)
             else:
                 rooms.discard(project)
-        if memocheck.CHECKING:
+        if memos.CHECKING:
             fresh = {p for p in pending.demand if self._has_room(p)}
-            memocheck.same("projects with room", rooms, fresh)
+            memos.same("projects with room", rooms, fresh)
         return rooms
 
     def _has_room(self, project: str) -> bool:

@@ -20,8 +20,9 @@ from typing import ClassVar
 
 from mypy_extensions import mypyc_attr
 
-from corral.core import memocheck
+from corral.core import memos
 from corral.core.cycle import Cycle
+from corral.core.memos import PolicyMemo, Touched
 from corral.core.model import Job, Running
 from corral.core.policy import Policy, nothing_fits
 from corral.core.preempt import (
@@ -64,10 +65,11 @@ class Fair(Policy):
         # sure to be first in line for the capacity it frees; otherwise a borrower ranked
         # ahead of it could take that capacity back and the two would trade places forever.
         seen: set[str] = set()
-        cycle.scratch["fair.reclaim"] = True
+        memo = _memo(cycle)
+        memo.reclaim = True
         answers = _Answers(self, cycle)
         yield from self._pass(cycle, seen, answers, within=True)
-        cycle.scratch["fair.reclaim"] = False
+        memo.reclaim = False
         answers.new_pass()
         yield from self._pass(cycle, seen, answers, within=False)
 
@@ -175,9 +177,9 @@ class Fair(Policy):
         jobs of a project, shape and priority: see _Answers.may_act.)"""
         if cycle.releasing or self._may_fit(cycle, job):
             return True
-        scratch, shape = cycle.scratch, shape_of(job)
+        shape = shape_of(job)
         if (
-            scratch.get("fair.reclaim")
+            _memo(cycle).reclaim
             and not _reclaim_failed(cycle, job.project, shape)
             and cycle.within_guarantee(job)
         ):
@@ -230,7 +232,7 @@ class Fair(Policy):
     def _may_reclaim(self, cycle: Cycle, project: str) -> bool:
         """Might a job of the project reclaim now: in the first pass, within its guarantee,
         of a shape whose reclaim has not failed yet, with another project that has some to give?"""
-        if not cycle.scratch.get("fair.reclaim"):
+        if not _memo(cycle).reclaim:
             return False
         snap = cycle.snap
         for accel, least in snap.pending.summary(project).least_demand.items():
@@ -291,24 +293,27 @@ class Fair(Policy):
     def victims(self, cycle: Cycle, job: Job) -> Preemption | None:
         # A search that failed for a project and shape (reclaim), or also priority (outrank),
         # fails again later in the cycle: capacity and candidates only shrink as it goes on.
-        shape = shape_of(job)
-        scratch = cycle.scratch
-        reclaim_failed: set[tuple[str, Shape]] = scratch.setdefault("fair.reclaim_failed", set())
-        if (
-            scratch.get("fair.reclaim")
-            and (job.project, shape) not in reclaim_failed
-            and cycle.within_guarantee(job)
-        ):
-            found = self._reclaim(cycle, job)
-            if found:
-                return found
-            reclaim_failed.add((job.project, shape))
-        outrank_failed: set[tuple[str, Shape, int]] = scratch.setdefault(
-            "fair.outrank_failed", set()
-        )
+        shape, memo = shape_of(job), _memo(cycle)
+        if memo.reclaim and cycle.within_guarantee(job):
+            if (job.project, shape) not in memo.reclaim_failed:
+                found = self._reclaim(cycle, job)
+                if found:
+                    return found
+                memo.reclaim_failed.add((job.project, shape))
+            elif memos.CHECKING:
+                memos.same("fair reclaim failed", None, self._take_back(cycle, job))
         attempt = (job.project, shape, job.priority)
-        if attempt in outrank_failed:
+        if attempt in memo.outrank_failed:
+            if memos.CHECKING:
+                memos.same("fair outrank failed", None, self._outrank(cycle, job))
             return None
+        found = self._outrank(cycle, job)
+        if found is None:
+            memo.outrank_failed.add(attempt)
+        return found
+
+    def _outrank(self, cycle: Cycle, job: Job) -> Preemption | None:
+        """Lower-priority jobs of the project to preempt, if freeing them lets the job fit."""
         outranked = self._outranked(cycle, job)
         found = None
         if outranked and could_free_room(cycle, job, outranked):
@@ -316,7 +321,6 @@ class Fair(Policy):
         if found and self._swap_allowed(cycle, job, found.victims):
             found.why = f"preempted by higher-priority job {job.name} of project {job.project}"
             return found
-        outrank_failed.add(attempt)
         return None
 
     def _reclaim(self, cycle: Cycle, job: Job) -> Preemption | None:
@@ -325,9 +329,11 @@ class Fair(Policy):
         # until the cycle changes.
         size = (job.accelerator, job.per_worker, outlasts(cycle, job))
         if _found_short(cycle, size, job.gang):
+            if memos.CHECKING:
+                memos.same("fair unfreed", None, self._take_back(cycle, job))
             return None
         if self._reclaim_bound(cycle, job) < job.demand or not self._may_free(cycle, job):
-            _unfreed(cycle)[size] = job.gang  # (fewer than any noted: else found short)
+            _memo(cycle).now(cycle).unfreed[size] = job.gang  # (fewer than any: else short)
             return None
         return self._take_back(cycle, job)
 
@@ -409,18 +415,18 @@ class Fair(Policy):
         snapshot while the project's preemptible jobs and what it holds stay the same."""
         if giver.released is not None:
             return giver.released
-        memo = cycle.snap.policy_memo
-        which = ("fair.released", accel, giver.project)
-        found = memo.get(which)
+        released = _kept(cycle.snap).released
+        which = (accel, giver.project)
+        found = released.get(which)
         runs = giver.runs
         read = (runs.changes, giver.held, giver.guarantee)
         if found is not None and found[0] is runs and found[1] == read:
-            amounts: dict[int, int] = found[2]
-            if memocheck.CHECKING:
-                memocheck.same("fair released " + giver.project, amounts, self._freed(cycle, giver))
+            amounts = found[2]
+            if memos.CHECKING:
+                memos.same("fair released " + giver.project, amounts, self._freed(cycle, giver))
         else:
             amounts = self._freed(cycle, giver)
-            memo[which] = (runs, read, amounts)
+            released[which] = (runs, read, amounts)
         giver.released = amounts
         return amounts
 
@@ -462,27 +468,15 @@ class _Giver:
         self.released: dict[int, int] | None = None
 
 
-def _unfreed(cycle: Cycle) -> dict[tuple[str, int, bool], int]:
-    """(accelerator, per_worker, long) -> the fewest workers a reclaim found too little room
-    for since the cycle last changed (see Fair._reclaim)."""
-    scratch = cycle.scratch
-    memo: tuple[int, dict[tuple[str, int, bool], int]] | None = scratch.get("fair.unfreed")
-    if memo is None or memo[0] != cycle.changes:
-        memo = scratch["fair.unfreed"] = (cycle.changes, {})
-    found: dict[tuple[str, int, bool], int] = memo[1]
-    return found
-
-
 def _found_short(cycle: Cycle, size: tuple[str, int, bool], workers: int) -> bool:
     """Did a reclaim for no more workers of this size find too little room (see _unfreed)?"""
-    return _unfreed(cycle).get(size, workers + 1) <= workers
+    return _memo(cycle).now(cycle).unfreed.get(size, workers + 1) <= workers
 
 
 def _reclaim_failed(cycle: Cycle, project: str, shape: Shape) -> bool:
     """Has a reclaim for a job of the project and shape failed in this cycle, or one for
     no more workers of the size found no room (for jobs of any length) since it last changed?"""
-    failed: set[tuple[str, Shape]] | None = cycle.scratch.get("fair.reclaim_failed")
-    if failed is not None and (project, shape) in failed:
+    if (project, shape) in _memo(cycle).reclaim_failed:
         return True
     accel, per_worker, workers = shape
     return _found_short(cycle, (accel, per_worker, False), workers)
@@ -491,19 +485,17 @@ def _reclaim_failed(cycle: Cycle, project: str, shape: Shape) -> bool:
 def _outrank_failed(cycle: Cycle, project: str, shape: Shape, priority: int) -> bool:
     """Has a search for lower-priority victims of the project failed for this kind of job
     in this cycle (see Fair.victims)?"""
-    failed: set[tuple[str, Shape, int]] | None = cycle.scratch.get("fair.outrank_failed")
-    return failed is not None and (project, shape, priority) in failed
+    return (project, shape, priority) in _memo(cycle).outrank_failed
 
 
 def _givers(cycle: Cycle, accel: str) -> list[_Giver]:
     """The projects that may give up jobs of a type now: asked per project and shape in
     each pass, so kept until the cycle next changes what projects hold."""
-    scratch = cycle.scratch
-    memo: tuple[int, dict[str, list[_Giver]]] | None = scratch.get("fair.givers")
-    if memo is None or memo[0] != cycle.changes:
-        memo = scratch["fair.givers"] = (cycle.changes, {})
-    by_type: dict[str, list[_Giver]] = memo[1]
+    by_type = _memo(cycle).now(cycle).givers
     found = by_type.get(accel)
+    if found is not None and memos.CHECKING:
+        fresh = [_giver_of(g) for g in _fresh_givers(cycle, accel)]
+        memos.same("fair givers", [_giver_of(g) for g in found], fresh)
     if found is None:
         found = by_type[accel] = []
         snap = cycle.snap
@@ -515,15 +507,24 @@ def _givers(cycle: Cycle, accel: str) -> list[_Giver]:
                 giver = _giver(snap, accel, project, cycle.held(project, accel), runs)
             elif project in kept:
                 giver = kept[project]
-                if memocheck.CHECKING:
+                if memos.CHECKING:
                     fresh = _giver(snap, accel, project, snap.held(project, accel), runs)
-                    memocheck.same("fair giver " + project, _giver_of(giver), _giver_of(fresh))
+                    memos.same("fair giver " + project, _giver_of(giver), _giver_of(fresh))
             else:
                 giver = kept[project] = _giver(
                     snap, accel, project, snap.held(project, accel), runs
                 )
             if giver is not None:
                 found.append(giver)
+    return found
+
+
+def _fresh_givers(cycle: Cycle, accel: str) -> list[_Giver]:
+    snap, found = cycle.snap, []
+    for project, runs in snap.preemptible.get(accel, {}).items():
+        giver = _giver(snap, accel, project, cycle.held(project, accel), runs)
+        if giver is not None:
+            found.append(giver)
     return found
 
 
@@ -553,18 +554,79 @@ def _giver_of(giver: _Giver | None) -> tuple | None:
 def _kept_givers(snap: Snapshot, accel: str) -> dict[str, _Giver | None]:
     """project -> `_giver` at the snapshot's state, for the projects asked about since their
     jobs last changed (see Snapshot.touched_projects)."""
-    memo: dict[str, dict[str, _Giver | None]] | None = snap.policy_memo.get("fair.givers")
-    touched = snap.touched_projects("fair.givers")
-    if memo is None or touched is None:
-        memo = snap.policy_memo["fair.givers"] = {}
+    memo = _kept(snap)
+    touched = memo.touched.take()
+    if touched is None:
+        memo.givers = {}
     else:
-        for kept in memo.values():
+        for kept in memo.givers.values():
             for project in touched:
                 kept.pop(project, None)
-    found = memo.get(accel)
+    found = memo.givers.get(accel)
     if found is None:
-        found = memo[accel] = {}
+        found = memo.givers[accel] = {}
     return found
+
+
+class FairCycleMemo(PolicyMemo):
+    """fair's memos of one cycle (`Cycle.memo`), each with the rule that ends it."""
+
+    __slots__ = ("reclaim", "reclaim_failed", "outrank_failed", "at", "unfreed", "givers")
+
+    def __init__(self) -> None:
+        self.reclaim = False  # in the first pass (set by `order`): reclaim is allowed
+        # Victim searches that failed: they fail again for the rest of the cycle (capacity
+        # and candidates only shrink). Reclaim per project and shape; outrank, and priority.
+        self.reclaim_failed: set[tuple[str, Shape]] = set()
+        self.outrank_failed: set[tuple[str, Shape, int]] = set()
+        # Until the cycle changes (`at`: Cycle.changes when made, see `now`): per
+        # (accelerator, per_worker, long), the fewest workers a reclaim found too little
+        # room for (Fair._reclaim); per type, the projects that may give (_givers).
+        self.at = 0
+        self.unfreed: dict[tuple[str, int, bool], int] = {}
+        self.givers: dict[str, list[_Giver]] = {}
+
+    def now(self, cycle: Cycle) -> FairCycleMemo:
+        """The memo, with what the cycle's latest change ended forgotten."""
+        if self.at != cycle.changes:
+            self.at, self.unfreed, self.givers = cycle.changes, {}, {}
+        return self
+
+
+class FairKept(PolicyMemo):
+    """fair's memos across cycles (`SnapshotMemos.policy`), each entry checked before use."""
+
+    __slots__ = ("touched", "givers", "released")
+
+    def __init__(self, touched: Touched) -> None:
+        # Per type and project, `_giver` at the snapshot's state: the projects in `touched`
+        # (their jobs or usage changed) are dropped before each use; all on a quota change.
+        self.touched = touched
+        self.givers: dict[str, dict[str, _Giver | None]] = {}
+        # Per (type, project), what `Fair._given` frees node by node with every job eligible:
+        # (the project's preemptible jobs, (their changes, held, guarantee) then, amounts),
+        # used while the jobs, changes, held and guarantee are the same.
+        self.released: dict[tuple[str, str], tuple[SortedQueue[Running], tuple, dict[int, int]]]
+        self.released = {}
+
+
+def _memo(cycle: Cycle) -> FairCycleMemo:
+    memo = cycle.memo
+    if isinstance(memo, FairCycleMemo):
+        return memo
+    made = FairCycleMemo()
+    cycle.memo = made
+    return made
+
+
+def _kept(snap: Snapshot) -> FairKept:
+    memos_ = snap.memos
+    kept = memos_.policy
+    if isinstance(kept, FairKept):
+        return kept
+    made = FairKept(memos_.watch())
+    memos_.policy = made
+    return made
 
 
 def _head_key(job: Job) -> tuple:
@@ -654,7 +716,7 @@ class _Answers:
         """Forget what the reclaim flag and failed victim searches decide."""
         self.reclaims: dict[str, bool] = {}
         self.act: dict[tuple, bool] = {}
-        self.reclaiming = bool(self.cycle.scratch.get("fair.reclaim"))
+        self.reclaiming = _memo(self.cycle).reclaim
 
     def key(self, project: str, head: Job) -> tuple:
         """The project's place in the heap with `head` as its next job."""
@@ -700,8 +762,8 @@ class _Answers:
         found = self.within.get(which)
         if found is None:
             found = self.within[which] = self.cycle.within_guarantee(job)
-        elif memocheck.CHECKING:
-            memocheck.same("fair within", found, self.cycle.within_guarantee(job))
+        elif memos.CHECKING:
+            memos.same("fair within", found, self.cycle.within_guarantee(job))
         return found
 
     def may_act(self, job: Job) -> bool:
@@ -709,8 +771,8 @@ class _Answers:
         found = self.act.get(which)
         if found is None:
             found = self.act[which] = self.fair._may_act(self.cycle, job)
-        elif memocheck.CHECKING:
-            memocheck.same("fair may_act", found, self.fair._may_act(self.cycle, job))
+        elif memos.CHECKING:
+            memos.same("fair may_act", found, self.fair._may_act(self.cycle, job))
         return found
 
     def may_reserve(self, job: Job) -> bool:
@@ -720,8 +782,8 @@ class _Answers:
         found = self.reserve.get(which)
         if found is None:
             found = self.reserve[which] = self.fair.may_reserve(self.cycle, job)
-        elif memocheck.CHECKING:
-            memocheck.same("fair may_reserve", found, self.fair.may_reserve(self.cycle, job))
+        elif memos.CHECKING:
+            memos.same("fair may_reserve", found, self.fair.may_reserve(self.cycle, job))
         return found
 
     def verdict(self, job: Job, within: bool, progress: bool) -> int:

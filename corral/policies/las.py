@@ -21,10 +21,11 @@ from typing import ClassVar
 
 from mypy_extensions import mypyc_attr
 
+from corral.core import memos
 from corral.core.cycle import Cycle
 from corral.core.model import Job, Running
 from corral.core.snapshot import RunningKey
-from corral.policies.ranked import INF, Entry, Keep, RankPolicy, run_of
+from corral.policies.ranked import INF, Entry, Keep, RankPolicy, rank_memo, run_of
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -153,11 +154,13 @@ class Las(RankPolicy):
     def _due(self, cycle: Cycle) -> int:
         """How many waiting jobs are promoted now: the first ones by revisit time (asked by
         the walk and by wake_at)."""
-        due = cycle.scratch.get("las.due")
-        if not isinstance(due, int):
-            key = (cycle.snap.now, "\uffff")  # by_revisit keys are (revisit time, job id)
-            due = cycle.scratch["las.due"] = cycle.snap.pending.by_revisit.bisect_key_right(key)
-        return due
+        memo = rank_memo(cycle)
+        key = (cycle.snap.now, "\uffff")  # by_revisit keys are (revisit time, job id)
+        if memo.due < 0:
+            memo.due = cycle.snap.pending.by_revisit.bisect_key_right(key)
+        elif memos.CHECKING:
+            memos.same("las due", memo.due, cycle.snap.pending.by_revisit.bisect_key_right(key))
+        return memo.due
 
     def wake_at(self, cycle: Cycle) -> float | None:
         """Next time a running job crosses a queue threshold, or a waiting job is promoted."""

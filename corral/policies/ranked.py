@@ -17,8 +17,9 @@ from typing import ClassVar
 
 from mypy_extensions import mypyc_attr
 
-from corral.core import reasons
+from corral.core import memos, reasons
 from corral.core.cycle import Cycle
+from corral.core.memos import PolicyMemo
 from corral.core.model import Job, Running
 from corral.core.policy import Policy
 from corral.core.preempt import Preemption, could_free_room, eligible, find_victims
@@ -103,7 +104,7 @@ class RankPolicy(Policy):
         # searches stay failed: a shape that neither fits nor could preempt at some rank is
         # dead for the rest of the cycle, its queue dropped whole; the walk ends with the last.
         # (A subclass with its own victims is walked job by job: it decides what is dead.)
-        failed = cycle.scratch.setdefault(f"{self.name}.failed", {})
+        failed = rank_memo(cycle).failed
         hopeless: dict[Shape, tuple[int, float]] = {}
         skips = self.skips
 
@@ -167,9 +168,12 @@ class RankPolicy(Policy):
     def _worst(self, cycle: Cycle) -> float | None:
         """The worst rank of a running job that may be a victim (victims taken included),
         once per cycle."""
-        if "rank.worst" not in cycle.scratch:
-            cycle.scratch["rank.worst"] = self.worst_indexed(cycle, self._candidate(cycle))
-        return cycle.scratch["rank.worst"]
+        memo = rank_memo(cycle)
+        if not memo.worst_known:
+            memo.worst, memo.worst_known = self.worst_indexed(cycle, self._candidate(cycle)), True
+        elif memos.CHECKING:
+            memos.same("worst rank", memo.worst, self.worst_indexed(cycle, self._candidate(cycle)))
+        return memo.worst
 
     def _candidate(self, cycle: Cycle, untaken: bool = False) -> Keep:
         """May an indexed (so preemptible) running job be a victim in this cycle? Victims
@@ -180,10 +184,14 @@ class RankPolicy(Policy):
     def may_preempt_for(self, cycle: Cycle, job: Job) -> bool:
         # The worst rank running once the cycle's starts are applied: las ranks change only at
         # the wake-ups it asks for, and srtf's only get better as jobs run, so it holds for
-        # every arrival until the next cycle (erring on the side of a cycle).
-        if "rank.after" not in cycle.scratch:
-            cycle.scratch["rank.after"] = self._worst_after(cycle)
-        worst = cycle.scratch["rank.after"]
+        # every arrival until the next cycle (erring on the side of a cycle). (An arrival at a
+        # wake-up's instant is followed by that cycle: the check looks at one instant only.)
+        memo, now = rank_memo(cycle), cycle.snap.now
+        if memo.after_at is None:
+            memo.after, memo.after_at = self._worst_after(cycle), now
+        elif memos.CHECKING and memo.after_at == now:
+            memos.same("worst rank after", memo.after, self._worst_after(cycle))
+        worst = memo.after
         return worst is not None and self.pending_rank(cycle, job) < worst
 
     def _worst_after(self, cycle: Cycle) -> float | None:
@@ -199,20 +207,25 @@ class RankPolicy(Policy):
     def victims(self, cycle: Cycle, job: Job) -> Preemption | None:
         # Ranks are fixed within a cycle and capacity only shrinks as it goes on: a search that
         # failed for a shape fails again for any job of that shape ranked no better.
-        failed = cycle.scratch.setdefault(f"{self.name}.failed", {})
+        failed = rank_memo(cycle).failed
         shape = shape_of(job)
         rank = self.pending_rank(cycle, job)
         if rank >= failed.get(shape, INF):
+            if memos.CHECKING:
+                memos.same("failed victim search", None, self._search(cycle, job, rank))
             return None
-        worse, worst_first = self.candidates(cycle, job.accelerator, rank)
-        found = None
-        if could_free_room(cycle, job, worse):  # the order matters only from here on
-            found = find_victims(cycle, job, worst_first)
+        found = self._search(cycle, job, rank)
         if found is None:
             failed[shape] = min(rank, failed.get(shape, INF))
             return None
         found.why = f"preempted by job {job.name} ({self.name}: {self.describe(rank)})"
         return found
+
+    def _search(self, cycle: Cycle, job: Job, rank: float) -> Preemption | None:
+        worse, worst_first = self.candidates(cycle, job.accelerator, rank)
+        if could_free_room(cycle, job, worse):  # the order matters only from here on
+            return find_victims(cycle, job, worst_first)
+        return None
 
     def candidates(
         self, cycle: Cycle, accelerator: str, rank: float
@@ -249,6 +262,34 @@ class RankPolicy(Policy):
                     later.append(start + age)
                     break
         return min((t for t in later if t > now), default=None)
+
+
+class RankCycleMemo(PolicyMemo):
+    """A rank policy's memos of one cycle (`Cycle.memo`), each with the rule that ends it."""
+
+    __slots__ = ("failed", "worst", "worst_known", "after", "after_at", "due")
+
+    def __init__(self) -> None:
+        # Per shape, the best rank whose victim search failed (or would, see _hopeless): it
+        # fails again for the rest of the cycle at any rank no better (capacity only shrinks).
+        self.failed: dict[Shape, float] = {}
+        # The worst rank of a candidate victim when the cycle began (`_worst`): fixed once
+        # known. And once its decision is applied (`may_preempt_for`, asked after the cycle,
+        # first at `after_at`): kept until the next cycle.
+        self.worst: float | None = None
+        self.worst_known = False
+        self.after: float | None = None
+        self.after_at: float | None = None
+        self.due = -1  # las: how many waiting jobs are promoted now (-1: not asked yet)
+
+
+def rank_memo(cycle: Cycle) -> RankCycleMemo:
+    memo = cycle.memo
+    if isinstance(memo, RankCycleMemo):
+        return memo
+    made = RankCycleMemo()
+    cycle.memo = made
+    return made
 
 
 VictimKey = tuple[float, float, str, Running]  # (-rank, -started_at, job id, run)
