@@ -293,7 +293,7 @@ def test_each_cycle_decides_as_the_direct_policy_on_the_same_snapshot(policy):
 
     class Checked(type(plain)):
         def order(self, cycle):
-            ran, other = run_cycle(cycle.snap, plain), run_cycle(cycle.snap, direct)
+            ran, other = run_cycle(cycle.snap, plain, True), run_cycle(cycle.snap, direct, True)
             mine, theirs = ran.decision, other.decision
             assert (mine.starts, mine.preemptions) == (theirs.starts, theirs.preemptions)
             assert mine.reasons == theirs.reasons and mine.wake_at == theirs.wake_at

@@ -11,7 +11,7 @@ from __future__ import annotations
 from corral.core import reasons
 from corral.core.cycle import Cycle
 from corral.core.fit import place_unless_failed
-from corral.core.model import Decision, Job
+from corral.core.model import Decision, Job, Reason
 from corral.core.policy import Policy
 from corral.core.preempt import place_after_release
 from corral.core.reserve import outlasts, plan_reservation
@@ -40,7 +40,8 @@ class Reserver:
 
 
 def decide(snap: Snapshot, policy: Policy) -> Decision:
-    return run_cycle(snap, policy).decision
+    """One cycle, and a reason for every job left pending (what a control plane shows)."""
+    return run_cycle(snap, policy, reasons=True).decision
 
 
 class CycleRun:
@@ -55,16 +56,17 @@ class CycleRun:
         self.settled: bool | None = None
 
 
-def run_cycle(snap: Snapshot, policy: Policy) -> CycleRun:
+def run_cycle(snap: Snapshot, policy: Policy, reasons: bool = False) -> CycleRun:
+    """One cycle. With `reasons`, the decision gives every pending job its reason; without
+    (the simulator, which never reads them), only the jobs the cycle examined have one, and
+    the cycle costs what it changes, not the length of the queue."""
     cycle = Cycle(snap, spread=policy.spread)
     reserver = Reserver()
     for job in policy.order(cycle):
         _consider(cycle, policy, reserver, job)
     decision = cycle.decision
-    # The closure below keeps the cycle; the cycle lets go of the decision, so no reference
-    # loop keeps both alive until the cyclic GC (a simulator makes 100,000s of them).
-    cycle.decision = Decision()
-    decision.fallback = lambda job: _fallback(cycle, job)
+    if reasons:
+        _explain_the_rest(cycle, decision.reasons)
     decision.wake_at = policy.wake_at(cycle)
     return CycleRun(cycle, reserver, decision)
 
@@ -98,8 +100,8 @@ def _consider(cycle: Cycle, policy: Policy, reserver: Reserver, job: Job) -> Non
         return
     if cycle.reserver is None and policy.may_reserve(cycle, job):
         cycle.reserver = job
-    # Blocked: its reason (capacity, quota or reserved) is derived when asked for, from the
-    # cycle's final state, like the reasons of the jobs the policy did not need to examine.
+    # Blocked: its reason (capacity, quota or reserved) is derived at the end of the cycle,
+    # from its final state, like the reasons of the jobs the policy did not need to examine.
 
 
 def _fit(cycle: Cycle, job: Job) -> tuple[int, ...] | None:
@@ -117,7 +119,19 @@ def _blocked(cycle: Cycle, job: Job):
     return reasons.blocked(cycle, job, long=long)
 
 
-def _fallback(cycle: Cycle, job: Job):
-    """Reason for a blocked job, or one the cycle skipped because nothing could change for it."""
-    capped = reasons.limit(cycle, job)
-    return capped if capped is not None else _blocked(cycle, job)
+def _explain_the_rest(cycle: Cycle, given: dict[str, Reason]) -> None:
+    """The reason of each pending job the cycle gave none (blocked, or not examined because
+    nothing could change for it), from the cycle's final state: computed once per kind of
+    job, since it reads only the job's project and resources, its limits and its length."""
+    kinds: dict[tuple, Reason] = {}
+    for job in cycle.snap.pending.jobs.values():
+        if job.id in given:
+            continue
+        r = job.resources
+        kind = (job.project, job.shape, r.slices, r.exclusive, job.preemptible, job.interactive)
+        kind = (*kind, job.max_runtime)
+        found = kinds.get(kind)
+        if found is None:
+            capped = reasons.limit(cycle, job)
+            found = kinds[kind] = capped if capped is not None else _blocked(cycle, job)
+        given[job.id] = found

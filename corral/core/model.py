@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -142,10 +141,8 @@ class Preempt:
 class Decision:
     starts: list[Start] = field(default_factory=list)
     preemptions: list[Preempt] = field(default_factory=list)
-    reasons: dict[str, Reason] = field(default_factory=dict)  # pending jobs the cycle examined
-    # For pending jobs the cycle did not need to examine (nothing could change for them), the
-    # reason is derived on request: one cycle then costs O(changes), not O(queue).
-    fallback: Callable[[Job], Reason] | None = None
+    # Why each pending job waits (all of them from `decide`; see decide.run_cycle).
+    reasons: dict[str, Reason] = field(default_factory=dict)
     wake_at: float | None = None  # the decision may change at this time even with no event
 
     def __init__(
@@ -153,19 +150,16 @@ class Decision:
         starts: list[Start] | None = None,
         preemptions: list[Preempt] | None = None,
         reasons: dict[str, Reason] | None = None,
-        fallback: Callable[[Job], Reason] | None = None,
         wake_at: float | None = None,
     ) -> None:
         self.starts = [] if starts is None else starts
         self.preemptions = [] if preemptions is None else preemptions
         self.reasons = {} if reasons is None else reasons
-        self.fallback = fallback
         self.wake_at = wake_at
 
     def reason(self, job: Job) -> Reason:
+        """Why the job waits; a job the decision does not know is waiting for the next one."""
         found = self.reasons.get(job.id)
         if found is not None:
             return found
-        if self.fallback is not None:
-            return self.fallback(job)
         return Reason(ReasonCode.ORDER, "waiting for the next scheduling cycle")
