@@ -13,7 +13,8 @@ from corral.core.cycle import Cycle
 from corral.core.model import Job
 from corral.core.preempt import could_free_room
 from corral.core.reserve import outlasts
-from corral.policies.fair import Fair, _found_short, _giver, _givers, _kept, _memo
+from corral.policies.fair import Fair
+from corral.policies.fair_memos import _found_short, _giver, _givers, _kept, _memo
 
 
 class Checking(Fair):

@@ -19,7 +19,9 @@ from simkit import job, load, quota, simulate
 from corral.core.cycle import Cycle
 from corral.core.model import Job
 from corral.core.preempt import Preemption
-from corral.policies.fair import Fair, _Answers, _memo, _ProjectQueue
+from corral.policies.fair import Fair
+from corral.policies.fair_memos import _memo
+from corral.policies.fair_walk import _Answers, _ProjectQueue
 
 
 class Plain(Fair):

@@ -22,7 +22,6 @@ from corral.core.decide import run_cycle
 from corral.core.memos import PolicyMemo
 from corral.core.policy import Policy
 from corral.core.preempt import could_free_room, eligible, find_victims
-from corral.core.snapshot import shape_of
 from corral.formats.types import SchedulerConfig
 from corral.policies import load_policy
 from corral.policies.las import _reach
@@ -62,7 +61,7 @@ class DirectRank(Policy):
         dead = set()
         shapes = cycle.snap.pending.shapes
         for job_ in self.ranked_pending(cycle):
-            shape = shape_of(job_)
+            shape = job_.shape
             if shape in dead:
                 continue
             if not cycle.may_fit(job_, long=False) and not cycle.releasing:
@@ -90,7 +89,7 @@ class DirectRank(Policy):
 
     def victims(self, cycle, job_):
         failed = memo(cycle).failed
-        shape = shape_of(job_)
+        shape = job_.shape
         rank = self.pending_rank(cycle, job_)
         if rank >= failed.get(shape, INF):
             return None

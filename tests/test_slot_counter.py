@@ -11,10 +11,11 @@ import pytest
 from simkit import load, quota, simulate
 from test_plan_memo import busy
 
-from corral.core.cycle import Cycle, SlotCounter
+from corral.core.cycle import Cycle
 from corral.core.fit import place
 from corral.core.model import Job, Running
 from corral.core.policy import Policy
+from corral.core.slots import SlotCounter
 from corral.core.snapshot import Snapshot
 from corral.formats import parse_quota
 from corral.formats.types import Node, Resources

@@ -10,7 +10,8 @@ import pytest
 from simkit import quota
 
 from corral.core.model import Job
-from corral.core.snapshot import Snapshot, SortedQueue, victim_order
+from corral.core.queues import SortedQueue
+from corral.core.snapshot import Snapshot, victim_order
 from corral.formats import Node, Resources, parse_quota
 
 

@@ -128,8 +128,8 @@ def _explain_the_rest(cycle: Cycle, given: dict[str, Reason]) -> None:
         if job.id in given:
             continue
         r = job.resources
-        kind = (job.project, job.shape, r.slices, r.exclusive, job.preemptible, job.interactive)
-        kind = (*kind, job.max_runtime)
+        kind: tuple = (job.project, job.shape, r.slices, r.exclusive)
+        kind += (job.preemptible, job.interactive, job.max_runtime)
         found = kinds.get(kind)
         if found is None:
             capped = reasons.limit(cycle, job)

@@ -13,8 +13,8 @@ from heapq import heapify, heappop, heapreplace
 
 from corral.core.cycle import Cycle
 from corral.core.model import Job
+from corral.core.pending import Shape
 
-Shape = tuple[str, int, int]
 Entry = tuple[tuple, Shape, Job, Iterator[Job]]  # a shape queue's next job, by its key
 
 

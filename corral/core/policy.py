@@ -19,7 +19,8 @@ from mypy_extensions import mypyc_attr
 from corral.core.cycle import Cycle
 from corral.core.model import Job
 from corral.core.preempt import Preemption
-from corral.core.snapshot import RunningKey, Snapshot, default_queue_key
+from corral.core.queues import RunningKey
+from corral.core.snapshot import Snapshot, default_queue_key
 from corral.formats.types import Node, Quota, SchedulerConfig
 
 

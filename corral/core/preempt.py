@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from corral.core.cycle import Cycle, SlotCounter
+from corral.core.cycle import Cycle
 from corral.core.fit import place, place_unless_failed
 from corral.core.model import Job, Running
 from corral.core.reserve import outlasts
+from corral.core.slots import SlotCounter
 
 
 def eligible(cycle: Cycle, run: Running, min_runtime: float) -> bool:

@@ -12,10 +12,11 @@ from itertools import compress
 from operator import ne
 
 from corral.core import memos
-from corral.core.cycle import Cycle, Reservation, SlotCounter
+from corral.core.cycle import Cycle, Reservation
 from corral.core.fit import from_histogram, place
 from corral.core.memos import PlanMemo
 from corral.core.model import Job, Running
+from corral.core.slots import SlotCounter
 
 
 def plan_reservation(cycle: Cycle, job: Job) -> Reservation | None:

@@ -7,28 +7,28 @@ a cycle costs what changed, not the size of the queue or of the job history.
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right, insort
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import mul
 from types import MappingProxyType
-from typing import ClassVar, Generic, TypeVar
-
-from sortedcontainers import SortedKeyList, SortedList
 
 from corral.core import memos
 from corral.core.memos import SnapshotMemos
 from corral.core.model import Job, Running
+from corral.core.pending import PendingQueue, QueueKey
+from corral.core.queues import (
+    RunningByEnd,
+    RunningIndex,
+    RunningKey,
+    SortedQueue,
+    decrement,
+    discard,
+)
 from corral.formats.types import Node, Quota
 
-QueueKey = Callable[[Job], tuple]
-Shape = tuple[str, int, int]  # (accelerator, per_worker, gang)
 INF = float("inf")
 NONE: Mapping = MappingProxyType({})  # an empty mapping to look things up in
-RunningKey = Callable[[Running], float | None]
-T = TypeVar("T")
-K = TypeVar("K")
 
 
 def default_queue_key(job: Job) -> tuple:
@@ -39,168 +39,6 @@ def default_queue_key(job: Job) -> tuple:
 def victim_order(run: Running) -> tuple:
     """Lowest priority first, then most recently started (DESIGN.md section 3.7)."""
     return (run.job.priority, -run.started_at, run.job.id)
-
-
-def _end_key(run: Running) -> tuple:
-    end = run.expected_end()
-    assert end is not None  # only jobs with a max_runtime are kept by end
-    return (end, run.started_at, run.job.id)
-
-
-class SortedQueue(Generic[T]):
-    """Items in the order of the keys given with them (equal keys: first added first), read
-    like a list: iteration, `len`, `queue[i]`. Made for queues that items mostly join at the
-    end and leave at the front: two plain lists, keys and items, and the items that left the
-    front are counted off (`head`) rather than shifted out one by one, until they are half the
-    lists. Keys compare as tuples in C; a SortedKeyList would call a key function in Python.
-    Like a list, it must not change while it is iterated (drivers change it between cycles)."""
-
-    SHIFT_ON_READ: ClassVar[int] = 2048  # at most this many items shifted to read a queue
-
-    def __init__(self) -> None:
-        self.keys: list[tuple] = []
-        self.items: list[T] = []
-        self.head = 0  # items before it have left
-        self.changes = 0  # items added and taken out so far: a memo of its content checks it
-
-    def add(self, key: tuple, item: T) -> None:
-        self.changes += 1
-        keys = self.keys
-        if keys and key < keys[-1]:
-            at = bisect_right(keys, key, self.head)
-            keys.insert(at, key)
-            self.items.insert(at, item)
-        else:
-            keys.append(key)
-            self.items.append(item)
-
-    def remove(self, key: tuple, item: T) -> None:
-        """Take out an item added with this key (ValueError if it is not there)."""
-        self.changes += 1
-        items, head = self.items, self.head
-        if head < len(items) and items[head] is item:  # the usual case: the first one leaves
-            self.head = head + 1
-            if 2 * self.head >= len(items):
-                self._shift()
-            return
-        at = bisect_left(self.keys, key, head)
-        while at < len(items) and items[at] is not item:
-            at += 1
-        if at == len(items):
-            raise ValueError("not in the queue")
-        del items[at]
-        del self.keys[at]
-
-    def __len__(self) -> int:
-        return len(self.items) - self.head
-
-    def __getitem__(self, index: int) -> T:
-        size = len(self.items) - self.head
-        if index < 0:
-            index += size
-        if not 0 <= index < size:
-            raise IndexError("queue index out of range")
-        return self.items[self.head + index]
-
-    def __iter__(self) -> Iterator[T]:
-        # A list iterator is several times faster than a generator: shift out the items that
-        # left when that is cheap (short queues, the most read), else skip them.
-        if self.head and len(self.items) <= self.SHIFT_ON_READ:
-            self._shift()
-        if self.head == 0:
-            return iter(self.items)
-        return _from(self.items, self.head)
-
-    def _shift(self) -> None:
-        """Drop the items that left the front."""
-        del self.items[: self.head]
-        del self.keys[: self.head]
-        self.head = 0
-
-    def first_from(self, key: tuple) -> tuple[tuple, T] | None:
-        """(key, item) of the first item whose key is `key` or after it, if any."""
-        at = bisect_left(self.keys, key, self.head)
-        return (self.keys[at], self.items[at]) if at < len(self.keys) else None
-
-    def irange_key(
-        self, min_key: tuple | None = None, inclusive: tuple[bool, bool] = (True, True)
-    ) -> Iterator[T]:
-        """The items from `min_key` on (after it unless inclusive[0]), as SortedKeyList's."""
-        start = self.head
-        if min_key is not None:
-            find = bisect_left if inclusive[0] else bisect_right
-            start = find(self.keys, min_key, start)
-        return _from(self.items, start)
-
-
-def _from(items: list[T], start: int) -> Iterator[T]:
-    for i in range(start, len(items)):
-        yield items[i]
-
-
-class RunningByEnd:
-    """Running jobs in the order a reservation expects their accelerators back: by declared
-    end (started_at + max_runtime), then the jobs with no max_runtime, oldest first, ties by
-    id. Starts usually come in time order, so those are kept in a plain dict (O(1) per start
-    and stop) until a start comes out of order; then they are kept sorted."""
-
-    __slots__ = ("bounded", "unbounded", "_latest", "_sorted", "inserts")
-
-    def __init__(self) -> None:
-        self.bounded = SortedKeyList(key=_end_key)
-        self.unbounded: dict[str, Running] = {}  # in start order while `_sorted` is None
-        self._latest = float("-inf")
-        self._sorted: SortedKeyList | None = None
-        # Jobs added that may not come after every job present: while it stays the same, the
-        # jobs that lead the order still lead it, unless they stopped (see reserve._same_plan).
-        self.inserts = 0
-
-    def add(self, run: Running) -> None:
-        if run.job.max_runtime is not None:
-            self.inserts += 1
-            self.bounded.add(run)
-        elif self._sorted is not None:
-            self.inserts += 1
-            self._sorted.add(run)
-        elif run.started_at < self._latest:
-            self.inserts += 1
-            self._sorted = SortedKeyList(self.unbounded.values(), key=_start_key)
-            self._sorted.add(run)
-            self.unbounded = {}
-        else:
-            if run.started_at == self._latest:  # ties at one instant are ordered by id
-                self.inserts += 1
-            self._latest = run.started_at
-            self.unbounded[run.job.id] = run
-
-    def remove(self, run: Running) -> None:
-        if run.job.max_runtime is not None:
-            self.bounded.remove(run)
-        elif self._sorted is not None:
-            self._sorted.remove(run)
-        else:
-            del self.unbounded[run.job.id]
-
-    def __iter__(self) -> Iterator[Running]:
-        yield from self.bounded
-        if self._sorted is not None:
-            yield from self._sorted
-            return
-        same: list[Running] = []  # jobs started at one instant, in start order: sort by id
-        for run in self.unbounded.values():
-            if same and run.started_at != same[0].started_at:
-                yield from _by_id(same)
-                same = []
-            same.append(run)
-        yield from _by_id(same)
-
-
-def _start_key(run: Running) -> tuple:
-    return (run.started_at, run.job.id)
-
-
-def _by_id(runs: list[Running]) -> list[Running]:
-    return sorted(runs, key=lambda run: run.job.id) if len(runs) > 1 else runs
 
 
 @dataclass(slots=True)
@@ -269,308 +107,6 @@ class Cluster:
         )
 
 
-class RunningIndex:
-    """Running jobs of each accelerator type sorted by a static key a policy gives (None: left
-    out), e.g. when a job crosses a rank threshold: the policy reads the first few entries
-    instead of ranking every running job in every cycle. Entries are (key, job id, run)."""
-
-    __slots__ = ("key", "by_type", "_entries")
-
-    def __init__(self, key: RunningKey):
-        self.key = key
-        self.by_type: dict[str, SortedList] = {}
-        self._entries: dict[str, tuple[float, str, Running]] = {}  # job id -> its entry
-
-    def add(self, run: Running) -> None:
-        key = self.key(run)
-        if key is not None:
-            entry = self._entries[run.job.id] = (key, run.job.id, run)
-            entries = self.by_type.get(run.job.accelerator)
-            if entries is None:
-                entries = self.by_type[run.job.accelerator] = SortedList()
-            entries.add(entry)
-
-    def remove(self, run: Running) -> None:
-        entry = self._entries.pop(run.job.id, None)
-        if entry is not None:  # its stored key: the job may have changed since it started
-            self.by_type[run.job.accelerator].remove(entry)
-
-
-class PendingQueue:
-    """Pending jobs kept sorted by the policy's static key: overall, per shape, and per project
-    and user. Each sorted index is built the first time a policy asks for it and kept up to
-    date from then on, so a driver pays only for the indexes its policy reads."""
-
-    __slots__ = (
-        "key",
-        "jobs",
-        "keys",
-        "_all",
-        "_by_user",
-        "_by_shape",
-        "_by_user_shape",
-        "demand",
-        "_summaries",
-        "_summary_all",
-        "_by_size",
-        "_listed",
-        "_resized",
-        "bounded",
-        "any_bounded",
-        "priorities",
-        "priority_counts",
-        "shapes",
-        "fixed",
-        "revisit_at",
-        "by_revisit",
-    )
-
-    def __init__(self, key: QueueKey, revisit_at: Callable[[Job], float | None] | None = None):
-        self.key = key
-        self.jobs: dict[str, Job] = {}
-        self.keys: dict[str, tuple] = {}  # job id -> its key, computed once on arrival
-        self._all: SortedKeyList | None = None
-        self._by_user: dict[str, dict[str, SortedQueue[Job]]] | None = None
-        self._by_shape: dict[tuple[str, int, int], SortedQueue[Job]] | None = None
-        self._by_user_shape: dict[tuple[str, str], dict[Shape, SortedQueue[Job]]] | None = None
-        # Jobs whose rank changes at a time of their own (LAS promotion), by that time.
-        self.revisit_at = revisit_at
-        self.by_revisit = SortedKeyList(key=lambda job: (revisit_at(job), job.id))  # type: ignore[misc]
-        # Counts are plain dicts, not Counters: mypyc compiles typed dict operations to direct
-        # C calls. A count that reaches 0 is deleted, except in `bounded`.
-        # project -> (accelerator, demand) -> count: lets a cycle see at once whether any of a
-        # project's jobs could fit, without walking its queue.
-        self.demand: dict[str, dict[Shape, int]] = {}
-        # project -> its shapes summed up (see `summary`), until a shape comes or goes.
-        self._summaries: dict[str, ShapeSummary] = {}
-        self._summary_all: ShapeSummary | None = None  # the same over all projects
-        self._by_size: dict[tuple[str, int], list[tuple[int, str]]] = {}
-        self._listed: dict[str, list[tuple[str, int]]] = {}  # project -> its sizes in _by_size
-        self._resized: set[str] = set()  # projects whose entries in _by_size are out of date
-        self.bounded: dict[str, int] = {}  # project -> pending jobs with a max_runtime
-        self.any_bounded = 0  # pending jobs with a max_runtime, over all projects
-        self.priorities: dict[str, dict[int, int]] = {}  # project -> priority -> n
-        self.priority_counts: dict[int, int] = {}  # priority -> n, over all projects
-        self.shapes: dict[Shape, int] = {}  # the same over all projects
-        self.fixed: dict[Shape, int] = {}  # non-preemptible jobs per shape
-
-    def __len__(self) -> int:
-        return len(self.jobs)
-
-    def __contains__(self, job_id: str) -> bool:
-        return job_id in self.jobs
-
-    def _sorted(self, jobs=()) -> SortedKeyList:
-        keys = self.keys
-        return SortedKeyList(jobs, key=lambda job: keys[job.id])
-
-    @property
-    def all(self) -> SortedKeyList:
-        """Every pending job in key order."""
-        if self._all is None:
-            self._all = self._sorted(self.jobs.values())
-        return self._all
-
-    @property
-    def by_user(self) -> dict[str, dict[str, SortedQueue[Job]]]:
-        """project -> user -> that user's pending jobs in key order."""
-        if self._by_user is None:
-            self._by_user = {}
-            for job in self.jobs.values():
-                self._add_by_user(job, self.keys[job.id])
-        return self._by_user
-
-    @property
-    def by_shape(self) -> dict[tuple[str, int, int], SortedQueue[Job]]:
-        """(accelerator, per_worker, gang) -> pending jobs of that shape in key order."""
-        if self._by_shape is None:
-            self._by_shape = {}
-            for job in self.jobs.values():
-                self._add_by_shape(job, self.keys[job.id])
-        return self._by_shape
-
-    @property
-    def by_user_shape(self) -> dict[tuple[str, str], dict[Shape, SortedQueue[Job]]]:
-        """(project, user) -> shape -> that user's pending jobs of the shape in key order: lets
-        a walk of a user's queue jump over jobs of shapes that can do nothing."""
-        if self._by_user_shape is None:
-            self._by_user_shape = {}
-            for job in self.jobs.values():
-                self._add_by_user_shape(job, self.keys[job.id])
-        return self._by_user_shape
-
-    def summary(self, project: str) -> ShapeSummary:
-        """What a cycle asks of a project's pending shapes again and again, kept until the
-        project has a shape it had not, or has no job of one left (rare next to arrivals)."""
-        found = self._summaries.get(project)
-        if found is None:
-            found = self._summaries[project] = ShapeSummary(self.demand.get(project, {}))
-        return found
-
-    def summary_all(self) -> ShapeSummary:
-        """`summary` over all projects: could any pending job fit at all?"""
-        if self._summary_all is None:
-            self._summary_all = ShapeSummary(self.shapes)
-        return self._summary_all
-
-    def fewest_by_size(self) -> dict[tuple[str, int], list[tuple[int, str]]]:
-        """(accelerator, per_worker) -> (fewest workers, project) for each project with a
-        pending job of that worker size, fewest first: which projects have a job that may fit
-        in so many free blocks, read without asking each project. Brought up to date for the
-        projects whose summary changed since the last read."""
-        by_size, listed = self._by_size, self._listed
-        for project in self._resized:
-            for size in listed.pop(project, ()):  # (only the sizes it is listed under)
-                needs = [need for need in by_size[size] if need[1] != project]
-                if needs:
-                    by_size[size] = needs
-                else:
-                    del by_size[size]
-            if project in self.demand:
-                fewest = self.summary(project).fewest_workers
-                for size, workers in fewest.items():
-                    insort(by_size.setdefault(size, []), (workers, project))
-                listed[project] = list(fewest)
-        self._resized.clear()
-        return by_size
-
-    def _forget_summary(self, project: str) -> None:
-        self._summaries.pop(project, None)
-        self._resized.add(project)
-
-    def add(self, job: Job) -> None:
-        if job.id in self.jobs:
-            raise ValueError(f"job {job.id} is already pending")
-        self.jobs[job.id] = job
-        key = self.keys[job.id] = self.key(job)
-        if self._all is not None:
-            self._all.add(job)
-        if self._by_user is not None:
-            self._add_by_user(job, key)
-        if self._by_shape is not None:
-            self._add_by_shape(job, key)
-        if self._by_user_shape is not None:
-            self._add_by_user_shape(job, key)
-        if self.revisit_at is not None and self.revisit_at(job) is not None:
-            self.by_revisit.add(job)
-        shape, project, priority = job.shape, job.project, job.priority
-        counts = self.demand.get(project)
-        if counts is None:
-            counts = self.demand[project] = {}
-        n = counts.get(shape, 0)
-        counts[shape] = n + 1
-        if n == 0:
-            self._forget_summary(project)
-        priorities = self.priorities.get(project)
-        if priorities is None:
-            priorities = self.priorities[project] = {}
-        priorities[priority] = priorities.get(priority, 0) + 1
-        self.priority_counts[priority] = self.priority_counts.get(priority, 0) + 1
-        n = self.shapes.get(shape, 0)
-        self.shapes[shape] = n + 1
-        if n == 0:
-            self._summary_all = None
-        if not job.preemptible:
-            self.fixed[shape] = self.fixed.get(shape, 0) + 1
-        if job.max_runtime is not None:
-            self.bounded[project] = self.bounded.get(project, 0) + 1
-            self.any_bounded += 1
-
-    def _add_by_user(self, job: Job, key: tuple) -> None:
-        assert self._by_user is not None
-        users = self._by_user.get(job.project)
-        if users is None:
-            users = self._by_user[job.project] = {}
-        queue = users.get(job.user)
-        if queue is None:
-            queue = users[job.user] = SortedQueue()
-        queue.add(key, job)
-
-    def _add_by_shape(self, job: Job, key: tuple) -> None:
-        assert self._by_shape is not None
-        queue = self._by_shape.get(job.shape)
-        if queue is None:
-            queue = self._by_shape[job.shape] = SortedQueue()
-        queue.add(key, job)
-
-    def _add_by_user_shape(self, job: Job, key: tuple) -> None:
-        assert self._by_user_shape is not None
-        owner = (job.project, job.user)
-        shapes = self._by_user_shape.get(owner)
-        if shapes is None:
-            shapes = self._by_user_shape[owner] = {}
-        queue = shapes.get(job.shape)
-        if queue is None:
-            queue = shapes[job.shape] = SortedQueue()
-        queue.add(key, job)
-
-    def remove(self, job_id: str) -> Job:
-        job = self.jobs[job_id]
-        key = self.keys[job_id]
-        if self._all is not None:
-            self._all.remove(job)
-        if self._by_user is not None:
-            users = self._by_user[job.project]
-            _discard(users, job.user, key, job)
-            if not users:
-                del self._by_user[job.project]
-        if self._by_shape is not None:
-            _discard(self._by_shape, job.shape, key, job)
-        if self._by_user_shape is not None:
-            owner = (job.project, job.user)
-            shapes = self._by_user_shape[owner]
-            _discard(shapes, job.shape, key, job)
-            if not shapes:
-                del self._by_user_shape[owner]
-        if self.revisit_at is not None and self.revisit_at(job) is not None:
-            self.by_revisit.remove(job)
-        if job.max_runtime is not None:
-            self.bounded[job.project] -= 1  # (kept at 0: readers take 0 and absent alike)
-            self.any_bounded -= 1
-        _decrement(self.shapes, job.shape)
-        if job.shape not in self.shapes:
-            self._summary_all = None
-        if not job.preemptible:
-            _decrement(self.fixed, job.shape)
-        counts = self.demand[job.project]
-        _decrement(counts, job.shape)
-        if job.shape not in counts:
-            self._forget_summary(job.project)
-        if not counts:
-            del self.demand[job.project]
-        priorities = self.priorities[job.project]
-        _decrement(priorities, job.priority)
-        if not priorities:
-            del self.priorities[job.project]
-        _decrement(self.priority_counts, job.priority)
-        del self.jobs[job_id], self.keys[job_id]
-        return job
-
-
-class ShapeSummary:
-    """A project's pending shapes, summed up: per type and worker size the fewest workers
-    (could any job fit?), and per type the smallest demand (could any stay within a share?)."""
-
-    __slots__ = ("fewest_workers", "least_demand")
-
-    def __init__(self, shapes: Iterable[Shape]) -> None:
-        self.fewest_workers: dict[tuple[str, int], int] = {}
-        self.least_demand: dict[str, int] = {}
-        for accel, per_worker, workers in shapes:
-            size = (accel, per_worker)
-            self.fewest_workers[size] = min(workers, self.fewest_workers.get(size, workers))
-            need = per_worker * workers
-            self.least_demand[accel] = min(need, self.least_demand.get(accel, need))
-
-
-def _discard(queues: dict, name: object, key: tuple, item: Job | Running) -> None:
-    """Take an item out of the named queue, and the queue out when it is left empty."""
-    queue: SortedQueue = queues[name]
-    queue.remove(key, item)
-    if len(queue) == 0:
-        del queues[name]
-
-
 def _add_size(sizes: dict[str, dict[str, dict[int, int]]], run: Running) -> None:
     job = run.job
     by_project = sizes.get(job.accelerator)
@@ -594,19 +130,6 @@ def share_ratio(held: float, guarantee: float) -> float:
     if guarantee <= 0:
         return float("inf") if held > 0 else 0.0
     return held / guarantee
-
-
-def shape_of(job: Job) -> tuple[str, int, int]:
-    return job.shape
-
-
-def _decrement(counts: dict[K, int], key: K) -> None:
-    """One less of `key` (present); a count that reaches 0 is deleted."""
-    left = counts[key] - 1
-    if left:
-        counts[key] = left
-    else:
-        del counts[key]
 
 
 class Snapshot:
@@ -758,14 +281,14 @@ class Snapshot:
         if job.preemptible:
             if self._priorities is not None:
                 # (a project's dict stays when it empties: readers take {} and absent alike)
-                _decrement(self._priorities[job.project], job.priority)
+                decrement(self._priorities[job.project], job.priority)
                 assert self._priority_counts is not None
-                _decrement(self._priority_counts, job.priority)
+                decrement(self._priority_counts, job.priority)
             if self._preemptible is not None:
-                _discard(self._preemptible[job.accelerator], job.project, victim_order(run), run)
+                discard(self._preemptible[job.accelerator], job.project, victim_order(run), run)
             if self._sizes is not None:
                 sizes = self._sizes[job.accelerator]
-                _decrement(sizes[job.project], job.demand)
+                decrement(sizes[job.project], job.demand)
                 if not sizes[job.project]:
                     del sizes[job.project]
         per = job.per_worker

@@ -11,10 +11,8 @@ its own project. The first blocked job within its guarantee holds a reservation.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
-from collections import Counter
 from collections.abc import Iterable, Iterator
-from heapq import heapify, heappop, heappush, heappushpop
+from heapq import heapify, heappop, heappushpop
 from itertools import takewhile
 from typing import ClassVar
 
@@ -22,7 +20,6 @@ from mypy_extensions import mypyc_attr
 
 from corral.core import memos
 from corral.core.cycle import Cycle
-from corral.core.memos import PolicyMemo, Touched
 from corral.core.model import Job, Running
 from corral.core.policy import Policy, nothing_fits
 from corral.core.preempt import (
@@ -32,13 +29,31 @@ from corral.core.preempt import (
     find_victims,
     free_room_counter,
 )
+from corral.core.queues import SortedQueue
 from corral.core.reserve import outlasts
-from corral.core.snapshot import Shape, Snapshot, SortedQueue, shape_of, share_ratio, within
+from corral.core.snapshot import Snapshot, share_ratio, within
 from corral.formats.types import SchedulerConfig
+from corral.policies.fair_memos import (
+    _found_short,
+    _Giver,
+    _givers,
+    _kept,
+    _memo,
+    _outrank_failed,
+    _reclaim_failed,
+)
+from corral.policies.fair_walk import (
+    ACT,
+    PASS,
+    STOP,
+    _Answers,
+    _head_key,
+    _ProjectQueue,
+    _UserQueue,
+)
 
 INF = float("inf")
 JUMP_AFTER = 1  # jobs passed over in a row before a walk looks for the next one that matters
-PASS, STOP, ACT = 0, 1, 2  # what the walk does with a job (_Answers.verdict)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -177,7 +192,7 @@ class Fair(Policy):
         jobs of a project, shape and priority: see _Answers.may_act.)"""
         if cycle.releasing or self._may_fit(cycle, job):
             return True
-        shape = shape_of(job)
+        shape = job.shape
         if (
             _memo(cycle).reclaim
             and not _reclaim_failed(cycle, job.project, shape)
@@ -293,7 +308,7 @@ class Fair(Policy):
     def victims(self, cycle: Cycle, job: Job) -> Preemption | None:
         # A search that failed for a project and shape (reclaim), or also priority (outrank),
         # fails again later in the cycle: capacity and candidates only shrink as it goes on.
-        shape, memo = shape_of(job), _memo(cycle)
+        shape, memo = job.shape, _memo(cycle)
         if memo.reclaim and cycle.within_guarantee(job):
             if (job.project, shape) not in memo.reclaim_failed:
                 found = self._reclaim(cycle, job)
@@ -451,381 +466,3 @@ class Fair(Policy):
         after = cycle.held(job.project, job.accelerator) - freed + job.demand
         guarantee = cycle.snap.guarantee_of(job.project, job.accelerator)
         return within(after, 0, guarantee) or freed >= job.demand
-
-
-class _Giver:
-    """A project above its guarantee of a type with a preemptible job small enough to lose."""
-
-    __slots__ = ("project", "held", "guarantee", "smallest", "runs", "released")
-
-    def __init__(
-        self, project: str, held: float, guarantee: float, smallest: int, runs: SortedQueue[Running]
-    ):
-        self.project, self.held, self.guarantee = project, held, guarantee
-        self.smallest, self.runs = smallest, runs
-        # Fair._released, once asked: the same for as long as this answer is (its fields
-        # and jobs are fixed while it is kept).
-        self.released: dict[int, int] | None = None
-
-
-def _found_short(cycle: Cycle, size: tuple[str, int, bool], workers: int) -> bool:
-    """Did a reclaim for no more workers of this size find too little room (see _unfreed)?"""
-    return _memo(cycle).now(cycle).unfreed.get(size, workers + 1) <= workers
-
-
-def _reclaim_failed(cycle: Cycle, project: str, shape: Shape) -> bool:
-    """Has a reclaim for a job of the project and shape failed in this cycle, or one for
-    no more workers of the size found no room (for jobs of any length) since it last changed?"""
-    if (project, shape) in _memo(cycle).reclaim_failed:
-        return True
-    accel, per_worker, workers = shape
-    return _found_short(cycle, (accel, per_worker, False), workers)
-
-
-def _outrank_failed(cycle: Cycle, project: str, shape: Shape, priority: int) -> bool:
-    """Has a search for lower-priority victims of the project failed for this kind of job
-    in this cycle (see Fair.victims)?"""
-    return (project, shape, priority) in _memo(cycle).outrank_failed
-
-
-def _givers(cycle: Cycle, accel: str) -> list[_Giver]:
-    """The projects that may give up jobs of a type now: asked per project and shape in
-    each pass, so kept until the cycle next changes what projects hold."""
-    by_type = _memo(cycle).now(cycle).givers
-    found = by_type.get(accel)
-    if found is not None and memos.CHECKING:
-        fresh = [_giver_of(g) for g in _fresh_givers(cycle, accel)]
-        memos.same("fair givers", [_giver_of(g) for g in found], fresh)
-    if found is None:
-        found = by_type[accel] = []
-        snap = cycle.snap
-        # While what a project holds is the snapshot's (the cycle has not changed it), its
-        # answer is kept from cycle to cycle until its jobs change.
-        kept = _kept_givers(snap, accel)
-        for project, runs in snap.preemptible.get(accel, {}).items():
-            if cycle.usage_changed(project):
-                giver = _giver(snap, accel, project, cycle.held(project, accel), runs)
-            elif project in kept:
-                giver = kept[project]
-                if memos.CHECKING:
-                    fresh = _giver(snap, accel, project, snap.held(project, accel), runs)
-                    memos.same("fair giver " + project, _giver_of(giver), _giver_of(fresh))
-            else:
-                giver = kept[project] = _giver(
-                    snap, accel, project, snap.held(project, accel), runs
-                )
-            if giver is not None:
-                found.append(giver)
-    return found
-
-
-def _fresh_givers(cycle: Cycle, accel: str) -> list[_Giver]:
-    snap, found = cycle.snap, []
-    for project, runs in snap.preemptible.get(accel, {}).items():
-        giver = _giver(snap, accel, project, cycle.held(project, accel), runs)
-        if giver is not None:
-            found.append(giver)
-    return found
-
-
-def _giver(
-    snap: Snapshot, accel: str, project: str, held: int, runs: SortedQueue[Running]
-) -> _Giver | None:
-    """The project as a giver of the type, if it is above its guarantee with a preemptible
-    job small enough to lose."""
-    guarantee = snap.guarantee_of(project, accel)
-    if held <= guarantee:
-        return None
-    counts = snap.preemptible_sizes.get(accel, {}).get(project)
-    if not counts:
-        return None
-    smallest = min(counts)
-    if smallest > held - guarantee + 1e-9:
-        return None
-    return _Giver(project, float(held), guarantee, smallest, runs)
-
-
-def _giver_of(giver: _Giver | None) -> tuple | None:
-    if giver is None:
-        return None
-    return (giver.project, giver.held, giver.guarantee, giver.smallest, giver.runs)
-
-
-def _kept_givers(snap: Snapshot, accel: str) -> dict[str, _Giver | None]:
-    """project -> `_giver` at the snapshot's state, for the projects asked about since their
-    jobs last changed (see Snapshot.touched_projects)."""
-    memo = _kept(snap)
-    touched = memo.touched.take()
-    if touched is None:
-        memo.givers = {}
-    else:
-        for kept in memo.givers.values():
-            for project in touched:
-                kept.pop(project, None)
-    found = memo.givers.get(accel)
-    if found is None:
-        found = memo.givers[accel] = {}
-    return found
-
-
-class FairCycleMemo(PolicyMemo):
-    """fair's memos of one cycle (`Cycle.memo`), each with the rule that ends it."""
-
-    __slots__ = ("reclaim", "reclaim_failed", "outrank_failed", "at", "unfreed", "givers")
-
-    def __init__(self) -> None:
-        self.reclaim = False  # in the first pass (set by `order`): reclaim is allowed
-        # Victim searches that failed: they fail again for the rest of the cycle (capacity
-        # and candidates only shrink). Reclaim per project and shape; outrank, and priority.
-        self.reclaim_failed: set[tuple[str, Shape]] = set()
-        self.outrank_failed: set[tuple[str, Shape, int]] = set()
-        # Until the cycle changes (`at`: Cycle.changes when made, see `now`): per
-        # (accelerator, per_worker, long), the fewest workers a reclaim found too little
-        # room for (Fair._reclaim); per type, the projects that may give (_givers).
-        self.at = 0
-        self.unfreed: dict[tuple[str, int, bool], int] = {}
-        self.givers: dict[str, list[_Giver]] = {}
-
-    def now(self, cycle: Cycle) -> FairCycleMemo:
-        """The memo, with what the cycle's latest change ended forgotten."""
-        if self.at != cycle.changes:
-            self.at, self.unfreed, self.givers = cycle.changes, {}, {}
-        return self
-
-
-class FairKept(PolicyMemo):
-    """fair's memos across cycles (`SnapshotMemos.policy`), each entry checked before use."""
-
-    __slots__ = ("touched", "givers", "released")
-
-    def __init__(self, touched: Touched) -> None:
-        # Per type and project, `_giver` at the snapshot's state: the projects in `touched`
-        # (their jobs or usage changed) are dropped before each use; all on a quota change.
-        self.touched = touched
-        self.givers: dict[str, dict[str, _Giver | None]] = {}
-        # Per (type, project), what `Fair._given` frees node by node with every job eligible:
-        # (the project's preemptible jobs, (their changes, held, guarantee) then, amounts),
-        # used while the jobs, changes, held and guarantee are the same.
-        self.released: dict[tuple[str, str], tuple[SortedQueue[Running], tuple, dict[int, int]]]
-        self.released = {}
-
-
-def _memo(cycle: Cycle) -> FairCycleMemo:
-    memo = cycle.memo
-    if isinstance(memo, FairCycleMemo):
-        return memo
-    made = FairCycleMemo()
-    cycle.memo = made
-    return made
-
-
-def _kept(snap: Snapshot) -> FairKept:
-    memos_ = snap.memos
-    kept = memos_.policy
-    if isinstance(kept, FairKept):
-        return kept
-    made = FairKept(memos_.watch())
-    memos_.policy = made
-    return made
-
-
-def _head_key(job: Job) -> tuple:
-    """Which user's first job a project's queue takes first (see _ProjectQueue)."""
-    return (-job.priority, job.submit_time, job.name, job.id)
-
-
-class _ProjectQueue:
-    """A project's pending jobs merged across users: priority, then the user with the least
-    already ahead in the queue, then submit time, then name (weighted round-robin)."""
-
-    __slots__ = ("heap", "iters", "ahead")
-
-    def __init__(self, users: dict):
-        self.iters = {user: iter(jobs) for user, jobs in users.items()}
-        self.ahead: Counter[str] = Counter()
-        self.heap: list[tuple] = []
-        for user in sorted(self.iters):
-            self._push(user)
-
-    def _push(self, user: str) -> None:
-        job = next(self.iters[user], None)
-        if job is not None:
-            entry = (-job.priority, self.ahead[user], job.submit_time, job.name, job.id, user, job)
-            heappush(self.heap, entry)
-
-    def peek(self) -> Job | None:
-        return self.heap[0][-1] if self.heap else None
-
-    def pop(self) -> Job:
-        *_, user, job = heappop(self.heap)
-        self.ahead[user] += job.demand
-        self._push(user)
-        return job
-
-
-class _Answers:
-    """The walk's questions about projects and kinds of job, each answered once while what
-    they read stays the same. Only decide's handling of a yielded job changes the cycle's
-    state; a job passed over changes nothing. `after_yield` forgets what the handling may
-    have changed, `new_pass` what the reclaim flag decides."""
-
-    __slots__ = (
-        "fair",
-        "cycle",
-        "mark",
-        "outranks",
-        "fitting",
-        "heads",
-        "within",
-        "reserve",
-        "reclaims",
-        "act",
-        "reclaiming",
-        "outranking",
-        "any_fit",
-    )
-
-    def __init__(self, fair: Fair, cycle: Cycle):
-        self.fair, self.cycle = fair, cycle
-        self.mark = self._mark()
-        # The snapshot's running jobs and queue do not change during a cycle: nor do these.
-        self.outranks: dict[str, bool] = {}
-        self.outranking = cycle.snap.outrank_possible()
-        self._capacity_changed()
-
-    def _mark(self) -> int:
-        return self.cycle.changes  # see Cycle.changes
-
-    def after_yield(self) -> None:
-        mark = self._mark()
-        if mark != self.mark:
-            self.mark = mark
-            self._capacity_changed()
-        else:  # a victim search may have failed, which rules out reclaim or outrank
-            self.new_pass()
-
-    def _capacity_changed(self) -> None:
-        self.any_fit = self.cycle.may_fit_any()  # else no project's jobs may fit either
-        self.fitting: set[str] | None = None  # Cycle.projects_may_fit, once asked
-        self.heads: dict[tuple[str, str, int], tuple] = {}
-        self.within: dict[tuple, bool] = {}
-        self.reserve: dict[tuple, bool] = {}
-        self.new_pass()
-
-    def new_pass(self) -> None:
-        """Forget what the reclaim flag and failed victim searches decide."""
-        self.reclaims: dict[str, bool] = {}
-        self.act: dict[tuple, bool] = {}
-        self.reclaiming = _memo(self.cycle).reclaim
-
-    def key(self, project: str, head: Job) -> tuple:
-        """The project's place in the heap with `head` as its next job."""
-        which = (project, head.accelerator, head.demand)
-        part = self.heads.get(which)
-        if part is None:
-            part = self.fair._key_head(self.cycle, project, head.accelerator, head.demand)
-            self.heads[which] = part
-        return (part[0], part[1], head.submit_time, project)
-
-    def may_progress(self, project: str) -> bool:
-        """Might any job of the project start, reclaim or outrank now? (Not memoised itself:
-        its parts are, and it is mostly asked once between two yields.)"""
-        return (
-            self.may_fit(project)
-            or (self.reclaiming and self.may_reclaim(project))
-            or (self.outranking and self.may_outrank(project))
-        )
-
-    # Each answer below is memoised in its own table (inline: these run per popped job).
-
-    def may_fit(self, project: str) -> bool:
-        if not self.any_fit:
-            return False
-        if self.fitting is None:
-            self.fitting = self.cycle.projects_may_fit()
-        return project in self.fitting
-
-    def may_reclaim(self, project: str) -> bool:
-        found = self.reclaims.get(project)
-        if found is None:
-            found = self.reclaims[project] = self.fair._may_reclaim(self.cycle, project)
-        return found
-
-    def may_outrank(self, project: str) -> bool:
-        found = self.outranks.get(project)
-        if found is None:
-            found = self.outranks[project] = self.fair._may_outrank(self.cycle.snap, project)
-        return found
-
-    def within_guarantee(self, job: Job) -> bool:
-        which = (job.project, job.accelerator, job.demand)
-        found = self.within.get(which)
-        if found is None:
-            found = self.within[which] = self.cycle.within_guarantee(job)
-        elif memos.CHECKING:
-            memos.same("fair within", found, self.cycle.within_guarantee(job))
-        return found
-
-    def may_act(self, job: Job) -> bool:
-        which = (job.project, job.shape, job.priority)
-        found = self.act.get(which)
-        if found is None:
-            found = self.act[which] = self.fair._may_act(self.cycle, job)
-        elif memos.CHECKING:
-            memos.same("fair may_act", found, self.fair._may_act(self.cycle, job))
-        return found
-
-    def may_reserve(self, job: Job) -> bool:
-        if not self.fair.own_reserve:
-            return self.fair.may_reserve(self.cycle, job)
-        which = (job.project, job.accelerator, job.demand)
-        found = self.reserve.get(which)
-        if found is None:
-            found = self.reserve[which] = self.fair.may_reserve(self.cycle, job)
-        elif memos.CHECKING:
-            memos.same("fair may_reserve", found, self.fair.may_reserve(self.cycle, job))
-        return found
-
-    def verdict(self, job: Job, within: bool, progress: bool) -> int:
-        """What the walk does with a job: STOP, the project's first job beyond its guarantee
-        ends its first pass; ACT, it may start or preempt now, or it is the first blocked one
-        allowed the reservation (rule 6); else PASS, its reason is derived."""
-        if within and not self.within_guarantee(job):
-            return STOP
-        if (progress and self.may_act(job)) or (
-            self.cycle.reserver is None and self.may_reserve(job)
-        ):
-            return ACT
-        return PASS
-
-
-class _UserQueue:
-    """A project's pending jobs when they all belong to one user: that user's queue, read in
-    place by position (the queue does not change during a cycle), and the same by shape when
-    a walk may jump over some (see Fair._queue_of)."""
-
-    __slots__ = ("items", "keys", "at", "shapes", "head")
-
-    def __init__(self, queue: SortedQueue, shapes: dict[Shape, SortedQueue] | None):
-        self.items, self.keys, self.shapes = queue.items, queue.keys, shapes
-        self.at = 0  # the position of `head`
-        self.head: Job | None = self._move(queue.head)
-
-    def _move(self, at: int) -> Job | None:
-        self.at = at
-        self.head = self.items[at] if at < len(self.items) else None
-        return self.head
-
-    def jump_to(self, key: tuple | None) -> Job | None:
-        """Go on from the job with this queue key, at or after the head (None: past the
-        last job)."""
-        return self._move(len(self.items) if key is None else bisect_left(self.keys, key, self.at))
-
-    def peek(self) -> Job | None:
-        return self.head
-
-    def pop(self) -> Job:
-        job = self.head
-        assert job is not None
-        self._move(self.at + 1)
-        return job

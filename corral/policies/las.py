@@ -24,7 +24,7 @@ from mypy_extensions import mypyc_attr
 from corral.core import memos
 from corral.core.cycle import Cycle
 from corral.core.model import Job, Running
-from corral.core.snapshot import RunningKey
+from corral.core.queues import RunningKey
 from corral.policies.ranked import INF, Entry, Keep, RankPolicy, rank_memo, run_of
 
 

@@ -21,13 +21,14 @@ from corral.core import memos, reasons
 from corral.core.cycle import Cycle
 from corral.core.memos import PolicyMemo
 from corral.core.model import Job, Running
+from corral.core.pending import Shape
 from corral.core.policy import Policy
 from corral.core.preempt import Preemption, could_free_room, eligible, find_victims
-from corral.core.snapshot import RunningKey, shape_of
+from corral.core.queues import RunningKey
 from corral.formats.types import SchedulerConfig
 
 INF = float("inf")
-Shape = tuple[str, int, int]
+
 Entry = tuple[float, str, Running]  # of a running index: (key, job id, run)
 run_of = itemgetter(2)  # the run of an Entry
 
@@ -208,7 +209,7 @@ class RankPolicy(Policy):
         # Ranks are fixed within a cycle and capacity only shrinks as it goes on: a search that
         # failed for a shape fails again for any job of that shape ranked no better.
         failed = rank_memo(cycle).failed
-        shape = shape_of(job)
+        shape = job.shape
         rank = self.pending_rank(cycle, job)
         if rank >= failed.get(shape, INF):
             if memos.CHECKING:
@@ -337,14 +338,14 @@ class _Walk:
         else:
             self._hold_dead(dead)
         for key, job in moved.values():
-            self.heap.append((key, shape_of(job), False, job))
+            self.heap.append((key, job.shape, False, job))
         heapify(self.heap)
 
     def _hold_dead(self, dead: Callable[[Shape, tuple], bool]) -> None:
         """Start the merge with the first job of each shape, holding out the dead shapes
         (a shape with a moved job is merged as usual: its first job may be that one)."""
         keys = self.keys
-        moving = {shape_of(job) for _, job in self.moved.values()}
+        moving = {job.shape for _, job in self.moved.values()}
         for shape, queue in self.queues.items():
             self.rest[shape] = rest = iter(queue)
             if shape in moving:

@@ -15,7 +15,7 @@ from mypy_extensions import mypyc_attr
 
 from corral.core.cycle import Cycle
 from corral.core.model import Job, Running
-from corral.core.snapshot import RunningKey
+from corral.core.queues import RunningKey
 from corral.policies.ranked import INF, Keep, RankPolicy, run_of, slack
 
 

@@ -1,0 +1,282 @@
+"""The pending jobs, sorted by the policy's static key overall, per shape and per project
+and user, with the counts a cycle reads instead of walking the queue."""
+
+from __future__ import annotations
+
+from bisect import insort
+from collections.abc import Callable, Iterable
+
+from sortedcontainers import SortedKeyList
+
+from corral.core.model import Job
+from corral.core.queues import SortedQueue, decrement, discard
+
+QueueKey = Callable[[Job], tuple]
+Shape = tuple[str, int, int]  # (accelerator, per_worker, gang)
+
+
+class PendingQueue:
+    """Pending jobs kept sorted by the policy's static key: overall, per shape, and per project
+    and user. Each sorted index is built the first time a policy asks for it and kept up to
+    date from then on, so a driver pays only for the indexes its policy reads."""
+
+    __slots__ = (
+        "key",
+        "jobs",
+        "keys",
+        "_all",
+        "_by_user",
+        "_by_shape",
+        "_by_user_shape",
+        "demand",
+        "_summaries",
+        "_summary_all",
+        "_by_size",
+        "_listed",
+        "_resized",
+        "bounded",
+        "any_bounded",
+        "priorities",
+        "priority_counts",
+        "shapes",
+        "fixed",
+        "revisit_at",
+        "by_revisit",
+    )
+
+    def __init__(self, key: QueueKey, revisit_at: Callable[[Job], float | None] | None = None):
+        self.key = key
+        self.jobs: dict[str, Job] = {}
+        self.keys: dict[str, tuple] = {}  # job id -> its key, computed once on arrival
+        self._all: SortedKeyList | None = None
+        self._by_user: dict[str, dict[str, SortedQueue[Job]]] | None = None
+        self._by_shape: dict[tuple[str, int, int], SortedQueue[Job]] | None = None
+        self._by_user_shape: dict[tuple[str, str], dict[Shape, SortedQueue[Job]]] | None = None
+        # Jobs whose rank changes at a time of their own (LAS promotion), by that time.
+        self.revisit_at = revisit_at
+        self.by_revisit = SortedKeyList(key=lambda job: (revisit_at(job), job.id))  # type: ignore[misc]
+        # Counts are plain dicts, not Counters: mypyc compiles typed dict operations to direct
+        # C calls. A count that reaches 0 is deleted, except in `bounded`.
+        # project -> (accelerator, demand) -> count: lets a cycle see at once whether any of a
+        # project's jobs could fit, without walking its queue.
+        self.demand: dict[str, dict[Shape, int]] = {}
+        # project -> its shapes summed up (see `summary`), until a shape comes or goes.
+        self._summaries: dict[str, ShapeSummary] = {}
+        self._summary_all: ShapeSummary | None = None  # the same over all projects
+        self._by_size: dict[tuple[str, int], list[tuple[int, str]]] = {}
+        self._listed: dict[str, list[tuple[str, int]]] = {}  # project -> its sizes in _by_size
+        self._resized: set[str] = set()  # projects whose entries in _by_size are out of date
+        self.bounded: dict[str, int] = {}  # project -> pending jobs with a max_runtime
+        self.any_bounded = 0  # pending jobs with a max_runtime, over all projects
+        self.priorities: dict[str, dict[int, int]] = {}  # project -> priority -> n
+        self.priority_counts: dict[int, int] = {}  # priority -> n, over all projects
+        self.shapes: dict[Shape, int] = {}  # the same over all projects
+        self.fixed: dict[Shape, int] = {}  # non-preemptible jobs per shape
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    def __contains__(self, job_id: str) -> bool:
+        return job_id in self.jobs
+
+    def _sorted(self, jobs=()) -> SortedKeyList:
+        keys = self.keys
+        return SortedKeyList(jobs, key=lambda job: keys[job.id])
+
+    @property
+    def all(self) -> SortedKeyList:
+        """Every pending job in key order."""
+        if self._all is None:
+            self._all = self._sorted(self.jobs.values())
+        return self._all
+
+    @property
+    def by_user(self) -> dict[str, dict[str, SortedQueue[Job]]]:
+        """project -> user -> that user's pending jobs in key order."""
+        if self._by_user is None:
+            self._by_user = {}
+            for job in self.jobs.values():
+                self._add_by_user(job, self.keys[job.id])
+        return self._by_user
+
+    @property
+    def by_shape(self) -> dict[tuple[str, int, int], SortedQueue[Job]]:
+        """(accelerator, per_worker, gang) -> pending jobs of that shape in key order."""
+        if self._by_shape is None:
+            self._by_shape = {}
+            for job in self.jobs.values():
+                self._add_by_shape(job, self.keys[job.id])
+        return self._by_shape
+
+    @property
+    def by_user_shape(self) -> dict[tuple[str, str], dict[Shape, SortedQueue[Job]]]:
+        """(project, user) -> shape -> that user's pending jobs of the shape in key order: lets
+        a walk of a user's queue jump over jobs of shapes that can do nothing."""
+        if self._by_user_shape is None:
+            self._by_user_shape = {}
+            for job in self.jobs.values():
+                self._add_by_user_shape(job, self.keys[job.id])
+        return self._by_user_shape
+
+    def summary(self, project: str) -> ShapeSummary:
+        """What a cycle asks of a project's pending shapes again and again, kept until the
+        project has a shape it had not, or has no job of one left (rare next to arrivals)."""
+        found = self._summaries.get(project)
+        if found is None:
+            found = self._summaries[project] = ShapeSummary(self.demand.get(project, {}))
+        return found
+
+    def summary_all(self) -> ShapeSummary:
+        """`summary` over all projects: could any pending job fit at all?"""
+        if self._summary_all is None:
+            self._summary_all = ShapeSummary(self.shapes)
+        return self._summary_all
+
+    def fewest_by_size(self) -> dict[tuple[str, int], list[tuple[int, str]]]:
+        """(accelerator, per_worker) -> (fewest workers, project) for each project with a
+        pending job of that worker size, fewest first: which projects have a job that may fit
+        in so many free blocks, read without asking each project. Brought up to date for the
+        projects whose summary changed since the last read."""
+        by_size, listed = self._by_size, self._listed
+        for project in self._resized:
+            for size in listed.pop(project, ()):  # (only the sizes it is listed under)
+                needs = [need for need in by_size[size] if need[1] != project]
+                if needs:
+                    by_size[size] = needs
+                else:
+                    del by_size[size]
+            if project in self.demand:
+                fewest = self.summary(project).fewest_workers
+                for size, workers in fewest.items():
+                    insort(by_size.setdefault(size, []), (workers, project))
+                listed[project] = list(fewest)
+        self._resized.clear()
+        return by_size
+
+    def _forget_summary(self, project: str) -> None:
+        self._summaries.pop(project, None)
+        self._resized.add(project)
+
+    def add(self, job: Job) -> None:
+        if job.id in self.jobs:
+            raise ValueError(f"job {job.id} is already pending")
+        self.jobs[job.id] = job
+        key = self.keys[job.id] = self.key(job)
+        if self._all is not None:
+            self._all.add(job)
+        if self._by_user is not None:
+            self._add_by_user(job, key)
+        if self._by_shape is not None:
+            self._add_by_shape(job, key)
+        if self._by_user_shape is not None:
+            self._add_by_user_shape(job, key)
+        if self.revisit_at is not None and self.revisit_at(job) is not None:
+            self.by_revisit.add(job)
+        shape, project, priority = job.shape, job.project, job.priority
+        counts = self.demand.get(project)
+        if counts is None:
+            counts = self.demand[project] = {}
+        n = counts.get(shape, 0)
+        counts[shape] = n + 1
+        if n == 0:
+            self._forget_summary(project)
+        priorities = self.priorities.get(project)
+        if priorities is None:
+            priorities = self.priorities[project] = {}
+        priorities[priority] = priorities.get(priority, 0) + 1
+        self.priority_counts[priority] = self.priority_counts.get(priority, 0) + 1
+        n = self.shapes.get(shape, 0)
+        self.shapes[shape] = n + 1
+        if n == 0:
+            self._summary_all = None
+        if not job.preemptible:
+            self.fixed[shape] = self.fixed.get(shape, 0) + 1
+        if job.max_runtime is not None:
+            self.bounded[project] = self.bounded.get(project, 0) + 1
+            self.any_bounded += 1
+
+    def _add_by_user(self, job: Job, key: tuple) -> None:
+        assert self._by_user is not None
+        users = self._by_user.get(job.project)
+        if users is None:
+            users = self._by_user[job.project] = {}
+        queue = users.get(job.user)
+        if queue is None:
+            queue = users[job.user] = SortedQueue()
+        queue.add(key, job)
+
+    def _add_by_shape(self, job: Job, key: tuple) -> None:
+        assert self._by_shape is not None
+        queue = self._by_shape.get(job.shape)
+        if queue is None:
+            queue = self._by_shape[job.shape] = SortedQueue()
+        queue.add(key, job)
+
+    def _add_by_user_shape(self, job: Job, key: tuple) -> None:
+        assert self._by_user_shape is not None
+        owner = (job.project, job.user)
+        shapes = self._by_user_shape.get(owner)
+        if shapes is None:
+            shapes = self._by_user_shape[owner] = {}
+        queue = shapes.get(job.shape)
+        if queue is None:
+            queue = shapes[job.shape] = SortedQueue()
+        queue.add(key, job)
+
+    def remove(self, job_id: str) -> Job:
+        job = self.jobs[job_id]
+        key = self.keys[job_id]
+        if self._all is not None:
+            self._all.remove(job)
+        if self._by_user is not None:
+            users = self._by_user[job.project]
+            discard(users, job.user, key, job)
+            if not users:
+                del self._by_user[job.project]
+        if self._by_shape is not None:
+            discard(self._by_shape, job.shape, key, job)
+        if self._by_user_shape is not None:
+            owner = (job.project, job.user)
+            shapes = self._by_user_shape[owner]
+            discard(shapes, job.shape, key, job)
+            if not shapes:
+                del self._by_user_shape[owner]
+        if self.revisit_at is not None and self.revisit_at(job) is not None:
+            self.by_revisit.remove(job)
+        if job.max_runtime is not None:
+            self.bounded[job.project] -= 1  # (kept at 0: readers take 0 and absent alike)
+            self.any_bounded -= 1
+        decrement(self.shapes, job.shape)
+        if job.shape not in self.shapes:
+            self._summary_all = None
+        if not job.preemptible:
+            decrement(self.fixed, job.shape)
+        counts = self.demand[job.project]
+        decrement(counts, job.shape)
+        if job.shape not in counts:
+            self._forget_summary(job.project)
+        if not counts:
+            del self.demand[job.project]
+        priorities = self.priorities[job.project]
+        decrement(priorities, job.priority)
+        if not priorities:
+            del self.priorities[job.project]
+        decrement(self.priority_counts, job.priority)
+        del self.jobs[job_id], self.keys[job_id]
+        return job
+
+
+class ShapeSummary:
+    """A project's pending shapes, summed up: per type and worker size the fewest workers
+    (could any job fit?), and per type the smallest demand (could any stay within a share?)."""
+
+    __slots__ = ("fewest_workers", "least_demand")
+
+    def __init__(self, shapes: Iterable[Shape]) -> None:
+        self.fewest_workers: dict[tuple[str, int], int] = {}
+        self.least_demand: dict[str, int] = {}
+        for accel, per_worker, workers in shapes:
+            size = (accel, per_worker)
+            self.fewest_workers[size] = min(workers, self.fewest_workers.get(size, workers))
+            need = per_worker * workers
+            self.least_demand[accel] = min(need, self.least_demand.get(accel, need))

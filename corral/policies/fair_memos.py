@@ -1,0 +1,188 @@
+"""fair's memos, each declared with the rule that ends it (see corral/core/memos.py), and the
+projects that may give up jobs for a reclaim (`_givers`), which they keep."""
+
+from __future__ import annotations
+
+from corral.core import memos
+from corral.core.cycle import Cycle
+from corral.core.memos import PolicyMemo, Touched
+from corral.core.model import Running
+from corral.core.pending import Shape
+from corral.core.queues import SortedQueue
+from corral.core.snapshot import Snapshot
+
+
+class _Giver:
+    """A project above its guarantee of a type with a preemptible job small enough to lose."""
+
+    __slots__ = ("project", "held", "guarantee", "smallest", "runs", "released")
+
+    def __init__(
+        self, project: str, held: float, guarantee: float, smallest: int, runs: SortedQueue[Running]
+    ):
+        self.project, self.held, self.guarantee = project, held, guarantee
+        self.smallest, self.runs = smallest, runs
+        # Fair._released, once asked: the same for as long as this answer is (its fields
+        # and jobs are fixed while it is kept).
+        self.released: dict[int, int] | None = None
+
+
+def _found_short(cycle: Cycle, size: tuple[str, int, bool], workers: int) -> bool:
+    """Did a reclaim for no more workers of this size find too little room (see _unfreed)?"""
+    return _memo(cycle).now(cycle).unfreed.get(size, workers + 1) <= workers
+
+
+def _reclaim_failed(cycle: Cycle, project: str, shape: Shape) -> bool:
+    """Has a reclaim for a job of the project and shape failed in this cycle, or one for
+    no more workers of the size found no room (for jobs of any length) since it last changed?"""
+    if (project, shape) in _memo(cycle).reclaim_failed:
+        return True
+    accel, per_worker, workers = shape
+    return _found_short(cycle, (accel, per_worker, False), workers)
+
+
+def _outrank_failed(cycle: Cycle, project: str, shape: Shape, priority: int) -> bool:
+    """Has a search for lower-priority victims of the project failed for this kind of job
+    in this cycle (see Fair.victims)?"""
+    return (project, shape, priority) in _memo(cycle).outrank_failed
+
+
+def _givers(cycle: Cycle, accel: str) -> list[_Giver]:
+    """The projects that may give up jobs of a type now: asked per project and shape in
+    each pass, so kept until the cycle next changes what projects hold."""
+    by_type = _memo(cycle).now(cycle).givers
+    found = by_type.get(accel)
+    if found is not None and memos.CHECKING:
+        again = [_giver_of(g) for g in _fresh_givers(cycle, accel)]
+        memos.same("fair givers", [_giver_of(g) for g in found], again)
+    if found is None:
+        found = by_type[accel] = []
+        snap = cycle.snap
+        # While what a project holds is the snapshot's (the cycle has not changed it), its
+        # answer is kept from cycle to cycle until its jobs change.
+        kept = _kept_givers(snap, accel)
+        for project, runs in snap.preemptible.get(accel, {}).items():
+            if cycle.usage_changed(project):
+                giver = _giver(snap, accel, project, cycle.held(project, accel), runs)
+            elif project in kept:
+                giver = kept[project]
+                if memos.CHECKING:
+                    fresh = _giver(snap, accel, project, snap.held(project, accel), runs)
+                    memos.same("fair giver " + project, _giver_of(giver), _giver_of(fresh))
+            else:
+                giver = kept[project] = _giver(
+                    snap, accel, project, snap.held(project, accel), runs
+                )
+            if giver is not None:
+                found.append(giver)
+    return found
+
+
+def _fresh_givers(cycle: Cycle, accel: str) -> list[_Giver]:
+    snap, found = cycle.snap, []
+    for project, runs in snap.preemptible.get(accel, {}).items():
+        giver = _giver(snap, accel, project, cycle.held(project, accel), runs)
+        if giver is not None:
+            found.append(giver)
+    return found
+
+
+def _giver(
+    snap: Snapshot, accel: str, project: str, held: int, runs: SortedQueue[Running]
+) -> _Giver | None:
+    """The project as a giver of the type, if it is above its guarantee with a preemptible
+    job small enough to lose."""
+    guarantee = snap.guarantee_of(project, accel)
+    if held <= guarantee:
+        return None
+    counts = snap.preemptible_sizes.get(accel, {}).get(project)
+    if not counts:
+        return None
+    smallest = min(counts)
+    if smallest > held - guarantee + 1e-9:
+        return None
+    return _Giver(project, float(held), guarantee, smallest, runs)
+
+
+def _giver_of(giver: _Giver | None) -> tuple | None:
+    if giver is None:
+        return None
+    return (giver.project, giver.held, giver.guarantee, giver.smallest, giver.runs)
+
+
+def _kept_givers(snap: Snapshot, accel: str) -> dict[str, _Giver | None]:
+    """project -> `_giver` at the snapshot's state, for the projects asked about since their
+    jobs last changed (see Snapshot.touched_projects)."""
+    memo = _kept(snap)
+    touched = memo.touched.take()
+    if touched is None:
+        memo.givers = {}
+    else:
+        for kept in memo.givers.values():
+            for project in touched:
+                kept.pop(project, None)
+    found = memo.givers.get(accel)
+    if found is None:
+        found = memo.givers[accel] = {}
+    return found
+
+
+class FairCycleMemo(PolicyMemo):
+    """fair's memos of one cycle (`Cycle.memo`), each with the rule that ends it."""
+
+    __slots__ = ("reclaim", "reclaim_failed", "outrank_failed", "at", "unfreed", "givers")
+
+    def __init__(self) -> None:
+        self.reclaim = False  # in the first pass (set by `order`): reclaim is allowed
+        # Victim searches that failed: they fail again for the rest of the cycle (capacity
+        # and candidates only shrink). Reclaim per project and shape; outrank, and priority.
+        self.reclaim_failed: set[tuple[str, Shape]] = set()
+        self.outrank_failed: set[tuple[str, Shape, int]] = set()
+        # Until the cycle changes (`at`: Cycle.changes when made, see `now`): per
+        # (accelerator, per_worker, long), the fewest workers a reclaim found too little
+        # room for (Fair._reclaim); per type, the projects that may give (_givers).
+        self.at = 0
+        self.unfreed: dict[tuple[str, int, bool], int] = {}
+        self.givers: dict[str, list[_Giver]] = {}
+
+    def now(self, cycle: Cycle) -> FairCycleMemo:
+        """The memo, with what the cycle's latest change ended forgotten."""
+        if self.at != cycle.changes:
+            self.at, self.unfreed, self.givers = cycle.changes, {}, {}
+        return self
+
+
+class FairKept(PolicyMemo):
+    """fair's memos across cycles (`SnapshotMemos.policy`), each entry checked before use."""
+
+    __slots__ = ("touched", "givers", "released")
+
+    def __init__(self, touched: Touched) -> None:
+        # Per type and project, `_giver` at the snapshot's state: the projects in `touched`
+        # (their jobs or usage changed) are dropped before each use; all on a quota change.
+        self.touched = touched
+        self.givers: dict[str, dict[str, _Giver | None]] = {}
+        # Per (type, project), what `Fair._given` frees node by node with every job eligible:
+        # (the project's preemptible jobs, (their changes, held, guarantee) then, amounts),
+        # used while the jobs, changes, held and guarantee are the same.
+        self.released: dict[tuple[str, str], tuple[SortedQueue[Running], tuple, dict[int, int]]]
+        self.released = {}
+
+
+def _memo(cycle: Cycle) -> FairCycleMemo:
+    memo = cycle.memo
+    if isinstance(memo, FairCycleMemo):
+        return memo
+    made = FairCycleMemo()
+    cycle.memo = made
+    return made
+
+
+def _kept(snap: Snapshot) -> FairKept:
+    memos_ = snap.memos
+    kept = memos_.policy
+    if isinstance(kept, FairKept):
+        return kept
+    made = FairKept(memos_.watch())
+    memos_.policy = made
+    return made

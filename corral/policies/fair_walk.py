@@ -1,0 +1,224 @@
+"""fair's walk over the queue: projects' queues merged across users (`_ProjectQueue`) or read
+in place (`_UserQueue`), and the walk's questions, each answered once while what it reads
+stays the same (`_Answers`)."""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import Counter
+from heapq import heappop, heappush
+from typing import TYPE_CHECKING
+
+from corral.core import memos
+from corral.core.cycle import Cycle
+from corral.core.model import Job
+from corral.core.pending import Shape
+from corral.core.queues import SortedQueue
+from corral.policies.fair_memos import _memo
+
+if TYPE_CHECKING:
+    from corral.policies.fair import Fair
+
+PASS, STOP, ACT = 0, 1, 2  # what the walk does with a job (_Answers.verdict)
+
+
+def _head_key(job: Job) -> tuple:
+    """Which user's first job a project's queue takes first (see _ProjectQueue)."""
+    return (-job.priority, job.submit_time, job.name, job.id)
+
+
+class _ProjectQueue:
+    """A project's pending jobs merged across users: priority, then the user with the least
+    already ahead in the queue, then submit time, then name (weighted round-robin)."""
+
+    __slots__ = ("heap", "iters", "ahead")
+
+    def __init__(self, users: dict):
+        self.iters = {user: iter(jobs) for user, jobs in users.items()}
+        self.ahead: Counter[str] = Counter()
+        self.heap: list[tuple] = []
+        for user in sorted(self.iters):
+            self._push(user)
+
+    def _push(self, user: str) -> None:
+        job = next(self.iters[user], None)
+        if job is not None:
+            entry = (-job.priority, self.ahead[user], job.submit_time, job.name, job.id, user, job)
+            heappush(self.heap, entry)
+
+    def peek(self) -> Job | None:
+        return self.heap[0][-1] if self.heap else None
+
+    def pop(self) -> Job:
+        *_, user, job = heappop(self.heap)
+        self.ahead[user] += job.demand
+        self._push(user)
+        return job
+
+
+class _Answers:
+    """The walk's questions about projects and kinds of job, each answered once while what
+    they read stays the same. Only decide's handling of a yielded job changes the cycle's
+    state; a job passed over changes nothing. `after_yield` forgets what the handling may
+    have changed, `new_pass` what the reclaim flag decides."""
+
+    __slots__ = (
+        "fair",
+        "cycle",
+        "mark",
+        "outranks",
+        "fitting",
+        "heads",
+        "within",
+        "reserve",
+        "reclaims",
+        "act",
+        "reclaiming",
+        "outranking",
+        "any_fit",
+    )
+
+    def __init__(self, fair: Fair, cycle: Cycle):
+        self.fair, self.cycle = fair, cycle
+        self.mark = self._mark()
+        # The snapshot's running jobs and queue do not change during a cycle: nor do these.
+        self.outranks: dict[str, bool] = {}
+        self.outranking = cycle.snap.outrank_possible()
+        self._capacity_changed()
+
+    def _mark(self) -> int:
+        return self.cycle.changes  # see Cycle.changes
+
+    def after_yield(self) -> None:
+        mark = self._mark()
+        if mark != self.mark:
+            self.mark = mark
+            self._capacity_changed()
+        else:  # a victim search may have failed, which rules out reclaim or outrank
+            self.new_pass()
+
+    def _capacity_changed(self) -> None:
+        self.any_fit = self.cycle.may_fit_any()  # else no project's jobs may fit either
+        self.fitting: set[str] | None = None  # Cycle.projects_may_fit, once asked
+        self.heads: dict[tuple[str, str, int], tuple] = {}
+        self.within: dict[tuple, bool] = {}
+        self.reserve: dict[tuple, bool] = {}
+        self.new_pass()
+
+    def new_pass(self) -> None:
+        """Forget what the reclaim flag and failed victim searches decide."""
+        self.reclaims: dict[str, bool] = {}
+        self.act: dict[tuple, bool] = {}
+        self.reclaiming = _memo(self.cycle).reclaim
+
+    def key(self, project: str, head: Job) -> tuple:
+        """The project's place in the heap with `head` as its next job."""
+        which = (project, head.accelerator, head.demand)
+        part = self.heads.get(which)
+        if part is None:
+            part = self.fair._key_head(self.cycle, project, head.accelerator, head.demand)
+            self.heads[which] = part
+        return (part[0], part[1], head.submit_time, project)
+
+    def may_progress(self, project: str) -> bool:
+        """Might any job of the project start, reclaim or outrank now? (Not memoised itself:
+        its parts are, and it is mostly asked once between two yields.)"""
+        return (
+            self.may_fit(project)
+            or (self.reclaiming and self.may_reclaim(project))
+            or (self.outranking and self.may_outrank(project))
+        )
+
+    # Each answer below is memoised in its own table (inline: these run per popped job).
+
+    def may_fit(self, project: str) -> bool:
+        if not self.any_fit:
+            return False
+        if self.fitting is None:
+            self.fitting = self.cycle.projects_may_fit()
+        return project in self.fitting
+
+    def may_reclaim(self, project: str) -> bool:
+        found = self.reclaims.get(project)
+        if found is None:
+            found = self.reclaims[project] = self.fair._may_reclaim(self.cycle, project)
+        return found
+
+    def may_outrank(self, project: str) -> bool:
+        found = self.outranks.get(project)
+        if found is None:
+            found = self.outranks[project] = self.fair._may_outrank(self.cycle.snap, project)
+        return found
+
+    def within_guarantee(self, job: Job) -> bool:
+        which = (job.project, job.accelerator, job.demand)
+        found = self.within.get(which)
+        if found is None:
+            found = self.within[which] = self.cycle.within_guarantee(job)
+        elif memos.CHECKING:
+            memos.same("fair within", found, self.cycle.within_guarantee(job))
+        return found
+
+    def may_act(self, job: Job) -> bool:
+        which = (job.project, job.shape, job.priority)
+        found = self.act.get(which)
+        if found is None:
+            found = self.act[which] = self.fair._may_act(self.cycle, job)
+        elif memos.CHECKING:
+            memos.same("fair may_act", found, self.fair._may_act(self.cycle, job))
+        return found
+
+    def may_reserve(self, job: Job) -> bool:
+        if not self.fair.own_reserve:
+            return self.fair.may_reserve(self.cycle, job)
+        which = (job.project, job.accelerator, job.demand)
+        found = self.reserve.get(which)
+        if found is None:
+            found = self.reserve[which] = self.fair.may_reserve(self.cycle, job)
+        elif memos.CHECKING:
+            memos.same("fair may_reserve", found, self.fair.may_reserve(self.cycle, job))
+        return found
+
+    def verdict(self, job: Job, within: bool, progress: bool) -> int:
+        """What the walk does with a job: STOP, the project's first job beyond its guarantee
+        ends its first pass; ACT, it may start or preempt now, or it is the first blocked one
+        allowed the reservation (rule 6); else PASS, its reason is derived."""
+        if within and not self.within_guarantee(job):
+            return STOP
+        if (progress and self.may_act(job)) or (
+            self.cycle.reserver is None and self.may_reserve(job)
+        ):
+            return ACT
+        return PASS
+
+
+class _UserQueue:
+    """A project's pending jobs when they all belong to one user: that user's queue, read in
+    place by position (the queue does not change during a cycle), and the same by shape when
+    a walk may jump over some (see Fair._queue_of)."""
+
+    __slots__ = ("items", "keys", "at", "shapes", "head")
+
+    def __init__(self, queue: SortedQueue, shapes: dict[Shape, SortedQueue] | None):
+        self.items, self.keys, self.shapes = queue.items, queue.keys, shapes
+        self.at = 0  # the position of `head`
+        self.head: Job | None = self._move(queue.head)
+
+    def _move(self, at: int) -> Job | None:
+        self.at = at
+        self.head = self.items[at] if at < len(self.items) else None
+        return self.head
+
+    def jump_to(self, key: tuple | None) -> Job | None:
+        """Go on from the job with this queue key, at or after the head (None: past the
+        last job)."""
+        return self._move(len(self.items) if key is None else bisect_left(self.keys, key, self.at))
+
+    def peek(self) -> Job | None:
+        return self.head
+
+    def pop(self) -> Job:
+        job = self.head
+        assert job is not None
+        self._move(self.at + 1)
+        return job
