@@ -151,9 +151,10 @@ class Layout:
 
 
 class ObjectCipher:
-    """Seals and opens the segments of one object, one after another in the calling thread:
-    the binding holds the GIL while it runs, so a pool of threads only adds handoffs (each a
-    wait for a time slice on a loaded machine) and no parallelism."""
+    """Seals and opens the segments of one object, one after another in the calling thread.
+    The binding lets go of the GIL while it runs (a Python thread keeps running beside a
+    256 MiB encrypt), so the many objects a checkpoint library writes or reads at once, each
+    in its own thread, already use every core; a pool per object would only add handoffs."""
 
     def __init__(self, header: Header, data_key: bytes, identity: str) -> None:
         self.header = header
@@ -211,30 +212,45 @@ class ObjectCipher:
             open_(i)
         return len(cipher) - TAG * count
 
-    def open_in_place(self, blob: bytearray, plain_size: int) -> None:
-        """Decrypt a whole object's ciphertext (header included) where it lies, moving each
-        segment's plaintext down over the header and tags; the caller then cuts `blob` to
-        `plain_size`. (OpenSSL's GCM decrypts with its output exactly over its input.)"""
+    def open_from(self, read_at: Callable[[int, memoryview], int], plain_size: int) -> bytearray:
+        """The whole object's plaintext, each segment read by `read_at(offset, view)` (fill
+        `view` from that ciphertext offset, return the count) straight to where its plaintext
+        goes and decrypted there, output exactly over input (as OpenSSL's GCM allows): the
+        read's own copy is the only one, and each segment is decrypted while it is in cache.
+        The buffer has a tag's room to spare at the end; the last segment's tag lands there."""
         size, stride = self.layout.segment_size, self.layout.stride
         total = self.layout.segments(plain_size)
-        with memoryview(blob) as view:
+        out = bytearray(plain_size + TAG)
+        with memoryview(out) as view:
             for index in range(total):
-                start = HEADER_SIZE + index * stride
-                chunk = view[start : min(start + stride, len(blob))]
-                try:
-                    self._aead.decrypt_into(
-                        self._nonce(index, index == total - 1), chunk, self._aad, chunk[:-TAG]
-                    )
-                except InvalidTag:
-                    raise self._failure(index, total) from None
-                view[index * size : index * size + len(chunk) - TAG] = chunk[:-TAG]
-                chunk.release()
+                at = index * size
+                with view[at : min(at + size, plain_size) + TAG] as chunk:
+                    if read_fully(read_at, HEADER_SIZE + index * stride, chunk) < len(chunk):
+                        raise IntegrityError(
+                            f"{self.identity}: truncated inside segment {index} of {total}"
+                        )
+                    try:
+                        self._aead.decrypt_into(
+                            self._nonce(index, index == total - 1), chunk, self._aad, chunk[:-TAG]
+                        )
+                    except InvalidTag:
+                        raise self._failure(index, total) from None
+        del out[plain_size:]
+        return out
 
     def _failure(self, index: int, total: int) -> IntegrityError:
         return IntegrityError(
             f"{self.identity}: segment {index} of {total} fails authentication: the object was"
             " altered, truncated or reordered, or it is not this object (moved or swapped)"
         )
+
+
+def read_fully(read_at: Callable[[int, memoryview], int], offset: int, view: memoryview) -> int:
+    """Fill `view` from `offset` on, as far as there is data; returns how much was read."""
+    got = 0
+    while got < len(view) and (n := read_at(offset + got, view[got:])):
+        got += n
+    return got
 
 
 BATCH_SEGMENTS = 8  # segments encrypted per batch: the writer's memory is two batches
@@ -301,11 +317,22 @@ class SegmentWriter:
         self.plain_size += taken
         return taken
 
-    def close(self) -> None:
-        if not self.closed:
+    def close(self, last: bytes | bytearray | memoryview = b"") -> None:
+        """End the stream, `last` being its final bytes: when nothing waits in the batch they
+        are sealed where they lie, so an object written in one piece is never copied."""
+        if self.closed:
+            return
+        view = memoryview(last).cast("B")
+        if self._fill or not view:
+            self.write(view)
             self._flush(final=True)
-            self.closed = True
-            _BUFFERS.give(self._plain, self._out)
+        else:
+            batch = len(self._plain)
+            for at in range(0, len(view), batch):
+                self._seal(view[at : at + batch], final=at + batch >= len(view))
+            self.plain_size += len(view)
+        self.closed = True
+        _BUFFERS.give(self._plain, self._out)
 
     def _flush(self, final: bool) -> None:
         self._seal(memoryview(self._plain)[: self._fill], final)
@@ -327,14 +354,8 @@ def seal_whole(cipher: ObjectCipher, data: bytes | bytearray | memoryview) -> by
 
 
 def open_whole(cipher: ObjectCipher, blob: bytes | bytearray | memoryview) -> bytearray:
-    """The plaintext of a whole object's ciphertext (header included), in one buffer: a
-    bytearray is decrypted in place and returned, so a read holds one object-sized buffer as a
-    plain read does (a second one makes glibc give the memory back and fault it in anew)."""
+    """The plaintext of a whole object's ciphertext (header included), in one buffer."""
     plain_size = cipher.layout.plain_size(len(blob), cipher.identity)
-    if isinstance(blob, bytearray):
-        cipher.open_in_place(blob, plain_size)
-        del blob[plain_size:]
-        return blob
     out = bytearray(plain_size)
     body = memoryview(blob)[HEADER_SIZE:]
     cipher.open_batch(body, memoryview(out), 0, cipher.layout.segments(plain_size))
@@ -348,10 +369,11 @@ def read_range(
     start: int,
     end: int,
     batch: int = BATCH_SEGMENTS,
-) -> Iterator[bytes]:
+) -> Iterator[memoryview]:
     """Plaintext [start, end) in pieces, decrypting only the segments it covers; `fetch(a, b)`
-    reads ciphertext bytes [a, b). Memory is one batch of segments. (Each piece is a copy: a
-    transport may hold on to what it was given after the send returns.)"""
+    reads ciphertext bytes [a, b). Memory is one batch of segments. Each piece is decrypted
+    into a buffer of its own, handed on as it is (a transport may hold on to what it was given
+    after the send returns, so a reused buffer would need a copy)."""
     layout = cipher.layout
     end = min(end, plain_size)
     total = layout.segments(plain_size)
@@ -361,25 +383,16 @@ def read_range(
             cipher.open_batch(memoryview(fetch(a, b)), memoryview(bytearray(0)), 0, 1)
         return
     first, last = start // layout.segment_size, (end - 1) // layout.segment_size
-    pooled = batch == BATCH_SEGMENTS
-    if pooled:
-        buffers = _BUFFERS.take(layout.segment_size)
-        out = buffers[0]
-    else:
-        out = bytearray(layout.segment_size * min(batch, last - first + 1))
-    try:
-        for lo in range(first, last + 1, batch):
-            hi = min(lo + batch - 1, last)
-            a, b = layout.cipher_span(lo, hi, plain_size)
-            data = fetch(a, b)
-            if len(data) != b - a:
-                raise IntegrityError(
-                    f"{cipher.identity}: truncated (segments {lo}-{hi} end at byte"
-                    f" {a + len(data)}, expected {b})"
-                )
-            n = cipher.open_batch(memoryview(data), memoryview(out), lo, total)
-            base = lo * layout.segment_size
-            yield bytes(memoryview(out)[max(0, start - base) : min(n, end - base)])
-    finally:
-        if pooled:
-            _BUFFERS.give(*buffers)
+    for lo in range(first, last + 1, batch):
+        hi = min(lo + batch - 1, last)
+        a, b = layout.cipher_span(lo, hi, plain_size)
+        data = fetch(a, b)
+        if len(data) != b - a:
+            raise IntegrityError(
+                f"{cipher.identity}: truncated (segments {lo}-{hi} end at byte"
+                f" {a + len(data)}, expected {b})"
+            )
+        out = bytearray(b - a - TAG * (hi - lo + 1))
+        cipher.open_batch(memoryview(data), memoryview(out), lo, total)
+        base = lo * layout.segment_size
+        yield memoryview(out)[max(0, start - base) : end - base]

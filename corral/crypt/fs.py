@@ -31,6 +31,7 @@ from corral.crypt.format import (
     SegmentWriter,
     open_whole,
     parse_header,
+    read_fully,
     read_range,
     seal_whole,
 )
@@ -155,12 +156,12 @@ class EncryptedFileSystem(ChainedFileSystem):
     def cat_file(self, path, start=None, end=None, **kwargs):
         path = self._target(path)
         if not start and end is None:  # the whole object: one read, as a plain one takes
-            blob = self._read_whole(path, **kwargs)
+            if _is_local(self.fs):
+                return self._read_local(path)
+            blob = self.fs.cat_file(path, **kwargs)
             header = parse_header(blob, path)
             if header is None:
                 return self._plaintext(path, blob)
-            # Decrypted straight into the result, returned as it is (a bytearray): a copy
-            # into fresh bytes would cost more page faults than the decryption itself.
             return open_whole(self.codec.open_cipher(header, path), blob)
         cipher, size = self.reader(path)
         if cipher is None:
@@ -172,18 +173,30 @@ class EncryptedFileSystem(ChainedFileSystem):
             )
         )
 
-    def _read_whole(self, path: str, **kwargs) -> bytes | bytearray:
-        """The object's bytes; from a local disk into a bytearray, to be decrypted in place."""
-        if not _is_local(self.fs):
-            return self.fs.cat_file(path, **kwargs)
-        with open(_local_path(self.fs, path), "rb", buffering=0) as file:
-            blob = bytearray(os.fstat(file.fileno()).st_size)
-            with memoryview(blob) as view:
-                got = 0
-                while got < len(blob) and (n := file.readinto(view[got:])):
-                    got += n
-        del blob[got:]  # the file shrank meanwhile: the format's checks refuse what is left
-        return blob
+    def _read_local(self, path: str) -> bytearray:
+        """A whole object on a local disk, each segment read straight to where its plaintext
+        goes and decrypted there (ObjectCipher.open_from): one buffer and one copy, as a plain
+        read. Returned as that bytearray (bytes-like, equal to the bytes a plain read gives):
+        a copy into fresh bytes would cost more than the decryption."""
+        fd = os.open(_local_path(self.fs, path), os.O_RDONLY)
+        try:
+
+            def read_at(offset: int, view: memoryview) -> int:
+                return os.preadv(fd, [view], offset)
+
+            size = os.fstat(fd).st_size
+            head = bytearray(min(size, HEADER_SIZE))
+            del head[read_fully(read_at, 0, memoryview(head)) :]
+            header = parse_header(head, path)
+            if header is None:
+                self._plaintext(path, None)
+                blob = bytearray(size)
+                del blob[read_fully(read_at, 0, memoryview(blob)) :]  # it may have shrunk
+                return blob
+            cipher = self.codec.open_cipher(header, path)
+            return cipher.open_from(read_at, cipher.layout.plain_size(size, path))
+        finally:
+            os.close(fd)
 
     def _open(self, path, mode="rb", block_size=None, autocommit=True, cache_options=None, **kw):
         path = self._target(path)
@@ -201,8 +214,7 @@ class EncryptedFileSystem(ChainedFileSystem):
     def pipe_file(self, path, value, **kwargs):
         path = self._target(path)
         if _is_local(self.fs):  # streamed through reused batch buffers, no whole-object one
-            with EncryptedWriteFile(self, path) as out:
-                out.write(value)
+            EncryptedWriteFile(self, path).close(last=value)
             return
         self._forget(path)
         # One request, or a multipart upload that completes or leaves nothing.
@@ -392,11 +404,12 @@ class EncryptedWriteFile(io.BufferedIOBase):
     def tell(self) -> int:
         return self._writer.plain_size
 
-    def close(self) -> None:
+    def close(self, last: bytes | bytearray | memoryview = b"") -> None:
+        """Seal what is left, `last` (the final bytes, if given) included, and publish."""
         if self.closed:
             return
         try:
-            self._writer.close()
+            self._writer.close(last)
             self._target.close()
         except BaseException:
             self._target.discard()
