@@ -24,7 +24,8 @@ Conventions (written down because results depend on them):
 - Guarantees are in accelerators (DESIGN.md §2: fraction x capacity), project -> type -> count;
   `guarantees_from_quota` computes them from a Quota.
 
-Everything is one O(events) sweep plus numpy: about a second for a 250,000-event log.
+Everything is one O(events) sweep plus numpy (`analyse`): about 0.6 s for the 258,000-event
+log of fair on the whole Philly trace.
 """
 
 from __future__ import annotations
@@ -227,8 +228,7 @@ class _Replay:
         try:
             return self._run(events)
         except _Unsorted:
-            self.__init__(self.infos)  # type: ignore[misc]
-            return self._run(sorted(events, key=lambda e: e.get("t", 0.0)))
+            return _Replay(self.infos)._run(sorted(events, key=lambda e: e.get("t", 0.0)))
 
     def _run(self, events: Sequence[Mapping[str, Any]]) -> _Replay:  # noqa: C901 (one loop)
         jobs, times = self.jobs, self.times
@@ -273,10 +273,11 @@ class _Replay:
                 if job.start is None:
                     job.start = t
                 continue
-            if kind == "submit" or kind == "preempt":
-                if kind == "preempt" and state != "running":
+            if kind == "preempt":
+                if state != "running":
                     continue
-                if kind == "submit" and state == "pending":
+            elif kind == "submit":
+                if state == "pending":
                     continue
             elif kind in _END_STATE:
                 if state == "pending":

@@ -23,7 +23,7 @@ Definitions (docs/scheduling.md, Metrics):
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,7 +72,7 @@ def audit(
     nodes: Sequence[Node],
     quota: Quota,
     jobs: Sequence[ScenarioJob],
-    new_policy: Any,
+    new_policy: Callable[[], Policy],
     every_s: float = 6 * 3600.0,
     short_s: float = 60.0,
     restart_penalty: float = 0.0,
