@@ -26,21 +26,22 @@ def test_a_pending_job_is_predicted_to_start_when_the_running_one_is_due(live_se
     server = live_servers(QUOTA, fake_gpus=1)
     alice = server.token("alice")
 
-    def submit(name: str, max_runtime: str | None = None) -> str:
+    def submit(name: str, max_runtime: str | None = None) -> dict:
         spec = {"name": name, "command": SLEEP, "max_runtime": max_runtime}
         with server.http(alice) as c:
             resp = c.post("/v1/jobs", json={k: v for k, v in spec.items() if v is not None})
         assert resp.status_code == 201, resp.text
-        return resp.json()["id"]
+        return resp.json()
 
-    running = submit("running", "60s")
+    running = submit("running", "60s")["id"]
     started = server.wait(running, "running")["started_at"]
-    nxt = submit("next", "10s")  # after running's 60 s
-    unbounded = submit("unbounded")  # after next's 10 s, with no end of its own
-    after = submit("after", "10s")  # waits for an end nobody knows
-    job = server.wait(nxt, lambda j: j["predicted_start"] is not None, timeout=10)
-    assert job["predicted_start"] == pytest.approx(started + 60, abs=0.5)
-    assert job["predicted_at"] >= started
+    nxt = submit("next", "10s")["id"]  # after running's 60 s
+    unbounded = submit("unbounded")["id"]  # after next's 10 s, with no end of its own
+    last = submit("after", "10s")  # waits for an end nobody knows
+    after = last["id"]
+    # A forecast made since the last submission has them all.
+    server.wait(after, lambda j: (j["predicted_at"] or 0) >= last["submitted_at"], timeout=10)
+    assert server.job(nxt)["predicted_start"] == pytest.approx(started + 60, abs=0.5)
     assert server.job(unbounded)["predicted_start"] == pytest.approx(started + 70, abs=0.5)
     assert server.job(after)["predicted_start"] is None
 
