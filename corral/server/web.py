@@ -301,7 +301,7 @@ async function jobView(id, gen) {
         " slices" : "")],
       ["priority", j.priority], ["submitted", when(j.submitted_at)],
       ["predicted start", j.predicted_start ? when(j.predicted_start) :
-        (j.state === "pending" ? "not known yet" : "-")],
+        (j.state === "pending" ? "not known" : "-")],
       ["started", when(j.started_at)], ["finished", when(j.finished_at)],
       ["placement", place || "-"],
       ["env", Object.entries(j.env || {}).map(([k, v]) => k + "=" + v).join(" ") || "-"]];
