@@ -3,9 +3,9 @@
     python bench/bench_quality.py [TRACE] [--first N] [--policy fair,fifo,las,srtf]
                                   [--cluster 64x8:v100] [--every 6h]
 
-TRACE defaults to shared/traces/philly/philly.csv next to the repository; 64 nodes x 8 V100,
-quota shares derived from each team's demand (as bench/bench_sim.py). Policies run in
-parallel processes. Per policy it prints:
+TRACE defaults to shared/traces/philly/philly.csv next to the repository (or a folder
+above); 64 nodes x 8 V100, quota shares derived from each team's demand (as
+bench/bench_sim.py). Policies run in parallel processes. Per policy it prints:
 - JCT mean and p99; mean wait (all time pending, after preemptions too);
 - the longest time one project spent with pending work and nothing running (and which);
 - the most preemptions of one job, attempts preempted within 60 s of their start and in the
@@ -35,7 +35,11 @@ from corral.sim.quality import Quality, audit
 from corral.sim.run import WorkloadSpec, build_workload, in_processes, policy_configs, simulate
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_TRACE = REPO / ".." / "shared" / "traces" / "philly" / "philly.csv"
+# shared/ next to the repository, or next to a folder above it (a worktree in a subfolder)
+DEFAULT_TRACE = next(
+    (d / "shared/traces/philly/philly.csv" for d in REPO.parents if (d / "shared").is_dir()),
+    REPO.parent / "shared/traces/philly/philly.csv",
+)
 POLICIES = "fair,fifo,las,srtf"
 SHORT_S = 60.0
 
