@@ -3,11 +3,11 @@
     python bench/bench_forecast.py [TRACE] [--first N] [--policy fair] [--factor 1,2]
                                    [--declared 1.0] [--every 6h] [--cluster 64x8:v100]
 
-TRACE defaults to shared/traces/philly/philly.csv next to the repository; the quota shares are
-derived from each team's demand. The trace declares no runtimes, so each job is given a
-declared max_runtime of its actual duration times a factor (1: perfect estimates; 2: a user
-who asks for twice what they need), for a `--declared` fraction of the jobs (the rest declare
-none, and what waits for them gets no prediction).
+TRACE defaults to shared/traces/philly/philly.csv next to the repository (or a folder above);
+the quota shares are derived from each team's demand. The trace declares no runtimes, so each
+job is given a declared max_runtime of its actual duration times a factor (1: perfect
+estimates; 2: a user who asks for twice what they need), for a `--declared` fraction of the
+jobs (the rest declare none, and what waits for them gets no prediction).
 
 Every `--every` of simulated time (at the first instant from then on) the pending jobs are
 forecast (corral/sim/forecast.py: the same policy replayed forward with no new arrivals, no
@@ -44,7 +44,11 @@ from corral.sim.forecast import WhatIf, declare_runtimes, error_figures
 from corral.sim.run import WorkloadSpec, build_workload, policy_configs
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_TRACE = REPO / ".." / "shared" / "traces" / "philly" / "philly.csv"
+# shared/ next to the repository, or next to a folder above it (a worktree in a subfolder)
+DEFAULT_TRACE = next(
+    (d / "shared/traces/philly/philly.csv" for d in REPO.parents if (d / "shared").is_dir()),
+    REPO.parent / "shared/traces/philly/philly.csv",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
