@@ -125,12 +125,11 @@ def missed_reclaims(snap: Snapshot, policy: Policy) -> list[tuple[str, str, str,
 
 
 def _pending_by_project(snap: Snapshot) -> dict[str, list[Job]]:
-    """Pending jobs by project in queue order: the first, then the first of each other kind
-    of resources (the rest would fit alike)."""
+    """Pending jobs by project in queue order, the first of each kind of resources (the rest
+    would fit alike): the project's first job comes first."""
     out: dict[str, dict[tuple, Job]] = {}
     for job in snap.pending.all:
-        kinds = out.setdefault(job.project, {})
-        kinds.setdefault(_kind(job) if kinds else (), job)
+        out.setdefault(job.project, {}).setdefault(_kind(job), job)
     return {p: list(kinds.values()) for p, kinds in sorted(out.items())}
 
 
