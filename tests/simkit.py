@@ -90,11 +90,25 @@ def load(source: str | dict | Path | Scenario) -> Scenario:
         return source
     if isinstance(source, Path):
         return load_scenario(source)
+    if isinstance(source, dict):
+        source = without_protection(source)
     text = source if isinstance(source, str) else yaml.safe_dump(source, sort_keys=False)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "scenario.yaml"
         path.write_text(text)
         return load_scenario(path)
+
+
+def without_protection(scenario: dict) -> dict:
+    """The scenario with preempt_min_runtime 0 unless it sets one: most scenarios here specify
+    one rule each, at instants a few seconds apart, and were written when 0 was the default.
+    (Protection itself, the default included, is tested in test_fair_traces.py: its
+    scenarios set `"scheduler": {"preempt_min_runtime": None}` to keep the default.)"""
+    scheduler = dict(scenario.get("scheduler") or {})
+    scheduler.setdefault("preempt_min_runtime", 0)
+    if scheduler["preempt_min_runtime"] is None:
+        del scheduler["preempt_min_runtime"]
+    return {**scenario, "scheduler": scheduler}
 
 
 def simulate(scenario: Scenario, policy=None, **options: Any) -> SimResult:

@@ -13,13 +13,16 @@ from corral.core.cycle import Cycle
 from corral.core.model import Job
 from corral.core.preempt import could_free_room
 from corral.core.reserve import outlasts
+from corral.formats.types import SchedulerConfig
 from corral.policies.fair import Fair
 from corral.policies.fair_memos import _found_short, _giver, _givers, _kept, _memo
 
 
 class Checking(Fair):
     def __init__(self) -> None:
-        super().__init__()
+        # With no minimum run time most checks may read the memo (else few jobs are all past
+        # it at once); the 1 s first-cycle protection still applies.
+        super().__init__(SchedulerConfig(preempt_min_runtime=0.0))
         self.checks = 0
         self.kept = 0  # checks that read a memo made in an earlier cycle
         self.giver_checks = 0  # of those, with the givers kept across cycles
@@ -44,7 +47,7 @@ class Checking(Fair):
         givers = [g for g in every if g.project != job.project]
         runs = [run for g in givers for run in self._given(cycle, g)]
         assert got == could_free_room(cycle, job, runs), f"{job.id} at {cycle.snap.now}"
-        for giver in givers:  # and what each project gives up, node by node
+        for giver in givers if self._all_eligible(cycle) else ():  # (memo read only then)
             fresh: dict[int, int] = {}
             for run in self._given(cycle, giver):
                 for i in run.nodes:

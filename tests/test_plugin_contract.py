@@ -69,7 +69,7 @@ class PriorityPreempting(Fifo):
         runs = [
             r
             for r in cycle.snap.running.values()
-            if r.job.priority < job.priority and eligible(cycle, r, self.min_runtime)
+            if r.job.priority < job.priority and eligible(cycle, r, self.protection)
         ]
         runs.sort(key=lambda r: (-r.started_at, r.job.id))
         return find_victims(cycle, job, runs) if runs else None

@@ -81,7 +81,8 @@ class DirectRank(Policy):
     def may_preempt_for(self, cycle, job_):
         kept = memo(cycle)
         if not kept.after_known:
-            runs = [r for r in cycle.running_after() if eligible(cycle, r, self.min_runtime)]
+            # (protected jobs count: they come of age before the next cycle)
+            runs = [r for r in cycle.running_after() if r.job.preemptible]
             kept.after = max(self.running_ranks(cycle, runs), default=None)
             kept.after_known = True
         worst = kept.after
@@ -112,7 +113,7 @@ class DirectRank(Policy):
                 r
                 for by_project in cycle.snap.preemptible.get(accelerator, {}).values()
                 for r in by_project
-                if eligible(cycle, r, self.min_runtime)
+                if eligible(cycle, r, self.protection)
             ]
             ranked = list(zip(self.running_ranks(cycle, runs), runs, strict=True))
             ranked.sort(key=lambda kr: (-kr[0], -kr[1].started_at, kr[1].job.id))

@@ -7,6 +7,8 @@ Node names are single digits per group so that name order is also numeric order.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from simkit import (
     brief,
@@ -750,6 +752,7 @@ def test_rule10_capacity_is_capped_by_total_resources():
 
 def _snap(shares: dict, node_list: list[Node], extra: str = "", **sched) -> tuple:
     q = parse_quota(quota(shares, extra=extra))
+    q = replace(q, scheduler=replace(q.scheduler, preempt_min_runtime=0.0))  # as simkit's
     policy = load_policy(q.scheduler)
     return policy.snapshot(node_list, q), policy
 
@@ -805,7 +808,6 @@ def test_rule11_reserved_and_preempting_reasons():
     # its reason is `reserved`, naming big.
     gpus = [Node(f"n{i}", "gpu", 4) for i in range(2)]
     q = parse_quota(quota({"p1": {"gpu": 1}, "p2": {"gpu": 1}}))
-    from dataclasses import replace
 
     q = replace(q, scheduler=replace(q.scheduler, preempt_min_runtime=3600.0))
     policy = load_policy(q.scheduler)

@@ -67,7 +67,8 @@ def run_cycle(snap: Snapshot, policy: Policy, reasons: bool = False) -> CycleRun
     decision = cycle.decision
     if reasons:
         _explain_the_rest(cycle, decision.reasons)
-    decision.wake_at = policy.wake_at(cycle)
+    wake = [t for t in (policy.wake_at(cycle), policy.protection_ends(cycle)) if t is not None]
+    decision.wake_at = min(wake, default=None)
     return CycleRun(cycle, reserver, decision)
 
 

@@ -11,6 +11,7 @@ The shortcuts below them only let a driver skip cycles, and are safe by construc
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from typing import ClassVar
 
@@ -18,7 +19,7 @@ from mypy_extensions import mypyc_attr
 
 from corral.core.cycle import Cycle
 from corral.core.model import Job
-from corral.core.preempt import Preemption
+from corral.core.preempt import Preemption, Protection
 from corral.core.queues import RunningKey
 from corral.core.snapshot import Snapshot, default_queue_key
 from corral.formats.types import Node, Quota, SchedulerConfig
@@ -33,7 +34,9 @@ class Policy:
     def __init__(self, config: SchedulerConfig | None = None):
         self.config = config or SchedulerConfig()
         self.spread = self.config.placement == "spread"
-        self.min_runtime = self.config.preempt_min_runtime
+        self.protection = Protection(
+            self.config.preempt_min_runtime, self.config.project_min_runtime
+        )
         self.preempts = self.preemptive or not self.is_default("victims")
         self.shortcuts = Shortcuts(type(self))
 
@@ -60,13 +63,39 @@ class Policy:
         return False
 
     def wake_at(self, cycle: Cycle) -> float | None:
-        """A time at which the decision may change even if nothing happens: here, when a job
-        running after this cycle becomes old enough (preempt_min_runtime) to be a victim."""
+        """A time at which the decision may change even if nothing happens (None: never).
+        When a running job comes of age to be a victim is added by the cycle itself
+        (`protection_ends`): a policy need not say it."""
+        return None
+
+    def protection_ends(self, cycle: Cycle) -> float | None:
+        """When the next job running after this cycle becomes old enough (its `protection`)
+        to be a victim, if any job waits: a time the decision may change at."""
         snap = cycle.snap
-        if not self.preempts or self.min_runtime <= 0 or not len(snap.pending):
+        if not self.preempts or not len(snap.pending):
             return None
-        ages = (r.started_at + self.min_runtime for r in cycle.running_after() if r.job.preemptible)
-        return min((t for t in ages if t > snap.now), default=None)
+        until = self.protection.until
+        later = [until(r) for r in cycle.started if r.job.preemptible]
+        index = snap.running_by.get("protected")
+        if index is None:  # a subclass keeps its own indexes only
+            later += [until(r) for r in cycle.running_after() if r.job.preemptible]
+        else:
+            after = math.nextafter(snap.now, math.inf)  # entries: (until, id, run)
+            for entries in index.by_type.values():
+                for i in range(entries.bisect_left((after,)), len(entries)):
+                    run = entries[i][2]
+                    if not run.terminating and run.job.id not in cycle.victims:
+                        later.append(entries[i][0])
+                        break
+        return min((t for t in later if t > snap.now), default=None)
+
+    def all_of_age(self, snap: Snapshot) -> bool:
+        """Is every preemptible running job past its protection (may any be a victim)?"""
+        index = snap.running_by.get("protected")
+        if index is None:
+            return False
+        now = snap.now
+        return all(not entries or entries[-1][0] <= now for entries in index.by_type.values())
 
     # --- What the snapshot keeps for the policy -------------------------------------------------
 
@@ -88,8 +117,13 @@ class Policy:
 
     def running_keys(self) -> dict[str, RunningKey]:
         """Static keys by which the snapshot keeps running jobs sorted for this policy, by name
-        (`Snapshot.running_by`); a key may be None for jobs it leaves out. See Las, Srtf."""
-        return {}
+        (`Snapshot.running_by`); a key may be None for jobs it leaves out. See Las, Srtf.
+        A preempting policy keeps its preemptible jobs by the end of their protection (what
+        `wake_at` reads)."""
+        if not self.preempts:
+            return {}
+        until = self.protection.until
+        return {"protected": lambda run: until(run) if run.job.preemptible else None}
 
     def queue_key_is_default(self) -> bool:
         """Does the queue keep `default_queue_key` order? (A subclass may say no.)"""

@@ -16,14 +16,43 @@ from corral.core.model import Job, Running
 from corral.core.reserve import outlasts
 from corral.core.slots import SlotCounter
 
+# Stability (DESIGN.md §3.9). An attempt is safe from preemption for its project's
+# preempt_min_runtime, never less than FIRST_CYCLE (so never in the cycle, or at the instant,
+# that started it), doubled for each preemption of the job beyond FREE_PREEMPTIONS, up to
+# MAX_PROTECTION: a job preempted again and again is left to run longer and longer.
+FIRST_CYCLE = 1.0
+FREE_PREEMPTIONS = 2
+MAX_PROTECTION = 24 * 3600.0
 
-def eligible(cycle: Cycle, run: Running, min_runtime: float) -> bool:
+
+class Protection:
+    """How long each attempt is safe from preemption, from the [scheduler] default and the
+    quota's per-project [project_preempt_min_runtime]."""
+
+    __slots__ = ("default", "per_project")
+
+    def __init__(self, default: float, per_project: dict[str, float]) -> None:
+        self.default, self.per_project = default, per_project
+
+    def of(self, job: Job) -> float:
+        base = self.per_project.get(job.project, self.default)
+        extra = job.preemptions - FREE_PREEMPTIONS
+        if extra > 0 and base > 0:
+            base = min(max(base, MAX_PROTECTION), base * 2.0 ** min(extra, 32))
+        return max(FIRST_CYCLE, base)
+
+    def until(self, run: Running) -> float:
+        """When the attempt may first be preempted."""
+        return run.started_at + self.of(run.job)
+
+
+def eligible(cycle: Cycle, run: Running, protection: Protection) -> bool:
     """May this running job be a victim at all?"""
     return (
         run.job.preemptible
         and not run.terminating
         and run.job.id not in cycle.victims
-        and cycle.snap.now - run.started_at >= min_runtime
+        and cycle.snap.now >= protection.until(run)
     )
 
 

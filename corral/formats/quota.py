@@ -154,6 +154,8 @@ class QuotaModel(_Strict):
     project_interactive_limits: dict[str, dict[str, Limit]] = Field(default_factory=dict)
     interactive: InteractiveModel = Field(default_factory=InteractiveModel)
     accounts: dict[str, Annotated[str, BeforeValidator(_account)]] = Field(default_factory=dict)
+    # project -> its own preempt_min_runtime, instead of [scheduler]'s
+    project_preempt_min_runtime: dict[str, Duration] = Field(default_factory=dict)
 
 
 _TIER = TypeAdapter(dict[str, Amount])
@@ -179,7 +181,13 @@ def _total_resources(raw: Any, source: str) -> dict[str, int] | None:
 def _check_projects(model: QuotaModel, source: str) -> None:
     """Shares and limits only for projects with a membership entry (the bastion needs it)."""
     known = ", ".join(sorted(model.project_membership)) or "none"
-    for table in ("project_resources", "project_limits", "project_interactive_limits"):
+    tables = (
+        "project_resources",
+        "project_limits",
+        "project_interactive_limits",
+        "project_preempt_min_runtime",
+    )
+    for table in tables:
         for project in getattr(model, table):
             if project not in model.project_membership:
                 raise LocatedError(
@@ -248,7 +256,9 @@ def _build(doc: dict[str, Any], source: str) -> Quota:
         limits={p: dict(v) for p, v in model.project_limits.items()},
         priority_classes=dict(model.priority_classes),
         admins=tuple(model.admins.users),
-        scheduler=model.scheduler.apply(),
+        scheduler=replace(
+            model.scheduler.apply(), project_min_runtime=dict(model.project_preempt_min_runtime)
+        ),
         interactive_limits={p: dict(v) for p, v in model.project_interactive_limits.items()},
         interactive=model.interactive.to_config(),
         accounts=dict(model.accounts),

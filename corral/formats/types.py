@@ -66,7 +66,9 @@ class SchedulerConfig:
     policy: str = "fair"  # fair | fifo | las | srtf | "module:Class"
     placement: str = "pack"  # pack | spread
     preempt_grace: float = 30.0  # seconds between SIGTERM and SIGKILL
-    preempt_min_runtime: float = 0.0  # a job younger than this is never a victim
+    preempt_min_runtime: float = 300.0  # a job younger than this is never a victim
+    # project -> its own preempt_min_runtime ([project_preempt_min_runtime] of the quota file)
+    project_min_runtime: dict[str, float] = field(default_factory=dict)
     options: dict[str, object] = field(default_factory=dict)  # policy-specific knobs
     # A failed job waits before its gang restarts: restart_backoff, doubling per restart up to
     # restart_backoff_max (Kubernetes' CrashLoopBackOff); 0 restarts at once. Live plane only.

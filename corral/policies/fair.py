@@ -270,7 +270,7 @@ class Fair(Policy):
         # job may preempt: no project's first job is within its guarantee (so none reclaims:
         # the first pass ends at a project's first job beyond it) and none outranks a running
         # job of its own project.
-        if self.min_runtime > 0 or not nothing_fits(snap):
+        if not nothing_fits(snap) or not self.all_of_age(snap):
             return False
         if any(self._head_within(snap, project) for project in snap.projects_with_room()):
             return False
@@ -400,7 +400,7 @@ class Fair(Policy):
             return True
         # With every preemptible job eligible, what a project gives up depends only on its
         # jobs and what it holds: the same from cycle to cycle while those stay the same.
-        every = not cycle.victims and not cycle.snap.terminating and self.min_runtime <= 0
+        every = self._all_eligible(cycle)
         for giver in _givers(cycle, job.accelerator):
             if giver.project == job.project:
                 continue
@@ -412,6 +412,11 @@ class Fair(Policy):
                 if counter.release(run):
                     return True
         return False
+
+    def _all_eligible(self, cycle: Cycle) -> bool:
+        """May every preemptible running job be a victim (none stopping, taken or protected)?"""
+        snap = cycle.snap
+        return not cycle.victims and not snap.terminating and self.all_of_age(snap)
 
     def _given(self, cycle: Cycle, giver: _Giver) -> list[Running]:
         """The jobs a project would give up, none taking it below its guarantee."""
@@ -459,7 +464,7 @@ class Fair(Policy):
         return [r for r in lower if self._eligible(cycle, r)]
 
     def _eligible(self, cycle: Cycle, run: Running) -> bool:
-        return eligible(cycle, run, self.min_runtime)
+        return eligible(cycle, run, self.protection)
 
     def _swap_allowed(self, cycle: Cycle, job: Job, victims: list[Running]) -> bool:
         freed = sum(r.job.demand for r in victims)

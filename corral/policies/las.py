@@ -176,9 +176,6 @@ class Las(RankPolicy):
         waiting, due = cycle.snap.pending.by_revisit, self._due(cycle)
         if due < len(waiting):
             later.append(self.revisit_at(waiting[due]))  # type: ignore[arg-type]
-        aged = super().wake_at(cycle)
-        if aged is not None:
-            later.append(aged)
         return min(later) if later else None
 
 

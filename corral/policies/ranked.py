@@ -23,8 +23,7 @@ from corral.core.memos import PolicyMemo
 from corral.core.model import Job, Running
 from corral.core.pending import Shape
 from corral.core.policy import Policy
-from corral.core.preempt import Preemption, could_free_room, eligible, find_victims
-from corral.core.queues import RunningKey
+from corral.core.preempt import Preemption, Protection, could_free_room, find_victims
 from corral.formats.types import SchedulerConfig
 
 INF = float("inf")
@@ -35,23 +34,19 @@ run_of = itemgetter(2)  # the run of an Entry
 
 class Keep:
     """Which indexed (so preemptible) running jobs may be victims in a cycle: not stopping,
-    old enough, and not among `taken` (the victims already chosen, or none). `every`: no job
-    is stopping, too young or taken, so all are (a caller may skip asking)."""
+    past their protection, and not among `taken` (the victims already chosen, or none).
+    `every`: no job is stopping, protected or taken, so all are (a caller may skip asking)."""
 
-    __slots__ = ("now", "min_runtime", "taken", "every")
+    __slots__ = ("now", "until", "taken", "every")
 
     def __init__(
-        self, now: float, min_runtime: float, taken: dict[str, Running], stopping: bool
+        self, now: float, protection: Protection, taken: dict[str, Running], every: bool
     ) -> None:
-        self.now, self.min_runtime, self.taken = now, min_runtime, taken
-        self.every = min_runtime <= 0 and not taken and not stopping
+        self.now, self.until, self.taken = now, protection.until, taken
+        self.every = every and not taken
 
     def __call__(self, run: Running) -> bool:
-        return (
-            not run.terminating
-            and self.now - run.started_at >= self.min_runtime
-            and run.job.id not in self.taken
-        )
+        return not run.terminating and self.now >= self.until(run) and run.job.id not in self.taken
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -84,13 +79,6 @@ class RankPolicy(Policy):
     def __init__(self, config: SchedulerConfig | None = None):
         super().__init__(config)
         self.skips = self.runs_own(RankPolicy, "victims")  # see order
-
-    def running_keys(self) -> dict[str, RunningKey]:
-        # Preemptible jobs by start: the next one to reach preempt_min_runtime (read only when
-        # there is one: with none, every index kept costs each start and stop a sorted insert).
-        if self.min_runtime <= 0:
-            return {}
-        return {"start": lambda run: run.started_at if run.job.preemptible else None}
 
     def describe(self, rank: float) -> str:
         return f"rank {rank:g}"
@@ -180,7 +168,9 @@ class RankPolicy(Policy):
         """May an indexed (so preemptible) running job be a victim in this cycle? Victims
         already taken count, unless `untaken`: they were candidates when the cycle began."""
         taken = cycle.victims if untaken else {}
-        return Keep(cycle.snap.now, self.min_runtime, taken, bool(cycle.snap.terminating))
+        snap = cycle.snap
+        every = not snap.terminating and self.all_of_age(snap)
+        return Keep(snap.now, self.protection, taken, every)
 
     def may_preempt_for(self, cycle: Cycle, job: Job) -> bool:
         # The worst rank running once the cycle's starts are applied: las ranks change only at
@@ -196,11 +186,12 @@ class RankPolicy(Policy):
         return worst is not None and self.pending_rank(cycle, job) < worst
 
     def _worst_after(self, cycle: Cycle) -> float | None:
-        """The worst rank of an eligible job of `cycle.running_after()`: the indexed jobs
-        still running, and the ones the cycle starts."""
-        started = [r for r in cycle.started if eligible(cycle, r, self.min_runtime)]
+        """The worst rank of a preemptible job of `cycle.running_after()`: the indexed jobs
+        still running, and the ones the cycle starts. Protected ones count: they come of age
+        before the next cycle, and the answer must hold for every arrival until then."""
+        started = [r for r in cycle.started if r.job.preemptible]
         ranks = self.running_ranks(cycle, started)
-        worst = self.worst_indexed(cycle, self._candidate(cycle, untaken=True))  # so eligible
+        worst = self.worst_indexed(cycle, Keep(INF, self.protection, cycle.victims, False))
         if worst is not None:
             ranks.append(worst)
         return max(ranks, default=None)
@@ -246,23 +237,6 @@ class RankPolicy(Policy):
     def running_ranks(self, cycle: Cycle, runs: list[Running]) -> list[float]:
         """`running_rank` of each run (a policy may compute them all at once, faster)."""
         return [self.running_rank(cycle, r) for r in runs]
-
-    def wake_at(self, cycle: Cycle) -> float | None:
-        """As `Policy.wake_at` (when a running job becomes old enough to be a victim), from
-        the index of preemptible jobs by start instead of a walk over all running jobs."""
-        snap = cycle.snap
-        if self.min_runtime <= 0 or not len(snap.pending):
-            return None
-        now, age = snap.now, self.min_runtime
-        later = [r.started_at + age for r in cycle.started if r.job.preemptible]
-        # started_at + age grows with started_at: the first indexed job past `now` is the one.
-        lowest = (now - age) - slack(now, age)
-        for entries in snap.running_by["start"].by_type.values():
-            for start, _, run in entries.islice(entries.bisect_left((lowest,))):
-                if start + age > now and not run.terminating and run.job.id not in cycle.victims:
-                    later.append(start + age)
-                    break
-        return min((t for t in later if t > now), default=None)
 
 
 class RankCycleMemo(PolicyMemo):
