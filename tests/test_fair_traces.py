@@ -5,7 +5,7 @@ in the cycle that started the attempt, protection for a job preempted many times
 from __future__ import annotations
 
 import pytest
-from simkit import job, preempted, quota, run_checked, show, start_of
+from simkit import job, preempted, quota, run_checked, show, start_of, starts
 
 from corral.core.decide import decide
 from corral.core.model import Job
@@ -94,3 +94,65 @@ def test_a_job_preempted_many_times_is_protected_longer():
     assert d.preemptions == [] and d.wake_at == 800, d
     snap.set_time(800)
     assert [p.job_id for p in decide(snap, pol).preemptions] == ["A"]
+
+
+# --- reclaim (DESIGN.md §3.7) -------------------------------------------------------------------
+
+
+def test_fractional_guarantee_reclaim_takes_a_borrower_below_by_less_than_one_job():
+    # The docs' quota: 8 GPUs, vision 4.8, nlp 3.2. nlp runs two 3-GPU jobs (6 of its 3.2);
+    # alice (vision, holding 0) submits two 2-GPU jobs. Preempting n2 leaves nlp at 3 < 3.2,
+    # but vision at 4 of 4.8 is further below its own (0.83 < 0.94): the reclaim happens, and
+    # n2 (beyond nlp's guarantee once back in the queue) never takes it back.
+    q = quota({"vision": {"gpu": 4.8}, "nlp": {"gpu": 3.2}})
+    jobs = [
+        job("n1", "nlp", 3, submit=0, duration=5000),
+        job("n2", "nlp", 3, submit=1, duration=5000),
+        job("v1", "vision", 2, submit=10, duration=1000, user="alice"),
+        job("v2", "vision", 2, submit=10, duration=1000, user="alice"),
+    ]
+    r = run_checked({"cluster": "2x4:gpu", "quota": q, "jobs": jobs})
+    assert preempted(r) == [(10, "n2")], show(r)
+    assert start_of(r, "v1")[0] == 10 and start_of(r, "v2")[0] == 10, show(r)
+    assert start_of(r, "n2", 1)[0] == 1010, show(r)  # when vision's jobs end, not before
+
+
+def test_fractional_reclaim_not_when_the_victim_would_end_further_below_its_guarantee():
+    # As above, but vision's guarantee is 1.6 and nlp's 6.4 (quota 8): vision's 2 GPUs would
+    # put it at 1.25 of its guarantee, nlp at 3 of 6.4 (0.47): no reclaim (v1 is beyond its
+    # guarantee anyway, so it may only wait).
+    q = quota({"vision": {"gpu": 1.6}, "nlp": {"gpu": 6.4}})
+    jobs = [
+        job("n1", "nlp", 3, submit=0, duration=5000),
+        job("n2", "nlp", 3, submit=1, duration=5000),
+        job("v1", "vision", 1, workers=2, submit=10, duration=1000),
+    ]
+    r = run_checked({"cluster": "2x4:gpu", "quota": q, "jobs": jobs})
+    assert preempted(r) == [], show(r)
+
+
+def test_reclaim_tries_an_older_victim_that_frees_a_whole_node():
+    # 3 nodes x 8; guarantees a 20, b 4. b holds 12: b-old (a whole node, gpu-0), then b1
+    # and b2 (2 GPUs each, beside a's a1 and a2, 6 each, on gpu-1 and gpu-2). a's a3 (4 GPUs,
+    # within its guarantee) arrives. b's two most recent jobs fill half its budget of 8, and
+    # b-old no longer fits in the rest; they free no 4-GPU block. Taken in victim order until
+    # a3 fits, then the ones not needed given back, b-old alone is chosen (b keeps its 4).
+    q = quota({"a": {"gpu": 5}, "b": {"gpu": 1}})
+    jobs = [
+        job("b-old", "b", 8, submit=0, duration=LONG),
+        job("a1", "a", 6, submit=1, duration=LONG),
+        job("a2", "a", 6, submit=1, duration=LONG),
+        job("b1", "b", 2, submit=2, duration=LONG),
+        job("b2", "b", 2, submit=3, duration=LONG),
+        job("a3", "a", 4, submit=10, duration=100),
+    ]
+    r = run_checked({"cluster": "3x8:gpu", "quota": q, "jobs": jobs})
+    assert [n for _, _, n in starts(r)[:5]] == [
+        ["gpu-0"],
+        ["gpu-1"],
+        ["gpu-2"],
+        ["gpu-1"],
+        ["gpu-2"],
+    ]
+    assert preempted(r) == [(10, "b-old")], show(r)
+    assert start_of(r, "a3") == (10, ["gpu-0"]), show(r)

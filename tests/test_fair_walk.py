@@ -70,8 +70,10 @@ class Plain(Fair):
 
     def _reclaim(self, cycle: Cycle, job: Job) -> Preemption | None:
         if self._reclaim_bound(cycle, job) >= job.demand and self._may_free(cycle, job):
-            return self._take_back(cycle, job)
-        return None
+            found = self._take_back(cycle, job)
+            if found:
+                return found
+        return self._take_back(cycle, job, wide=True)
 
     def _progress(self, cycle: Cycle, project: str) -> bool:
         return (

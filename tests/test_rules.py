@@ -366,12 +366,13 @@ def test_rule6_short_job_backfills_on_held_capacity_when_due_time_is_known():
 def test_rule6_reservation_kept_while_other_projects_are_within_their_guarantee():
     # Spread placement leaves p2's four 2-GPU jobs on four different 4-GPU nodes: p2 holds
     # exactly its guarantee (8 of 16), so p1's big (2 x 4, within p1's guarantee) can neither
-    # fit nor reclaim. It must still hold a reservation: p2's stream of borrowed 2-GPU jobs may
+    # fit nor reclaim. It must still hold a reservation: p3's stream of borrowed 2-GPU jobs may
     # not take the nodes it waits for. n0 and n1 are whole again at t=150 (s0, s1 end).
-    q = quota({"p1": {"gpu": 1}, "p2": {"gpu": 1}})
+    # (Were they p2's, p2 would be above its guarantee and big would reclaim s0 and s1.)
+    q = quota({"p1": {"gpu": 1}, "p2": {"gpu": 1}}, {"p3": [".*"]})
     jobs = [job(f"s{i}", "p2", 2, duration=d) for i, d in enumerate([100, 150, 200, 250])]
     jobs.append(job("big", "p1", 4, workers=2, submit=10))
-    jobs += [job(f"t{k:02d}", "p2", 2, submit=20 + 20 * k, duration=90) for k in range(15)]
+    jobs += [job(f"t{k:02d}", "p3", 2, submit=20 + 20 * k, duration=90) for k in range(15)]
     sc = {
         "cluster": [nodes("n", 4, 4)],
         "quota": q,

@@ -347,20 +347,68 @@ class Fair(Policy):
             if memos.CHECKING:
                 memos.same("fair unfreed", None, self._take_back(cycle, job))
             return None
-        if self._reclaim_bound(cycle, job) < job.demand or not self._may_free(cycle, job):
+        if self._reclaim_bound(cycle, job) >= job.demand and self._may_free(cycle, job):
+            found = self._take_back(cycle, job, wide=False)
+            if found:
+                return found
+        # Each project's victims within its budget (above its guarantee) did not make room:
+        # try them all, in victim order, and keep the set if it respects the guarantees.
+        if not self._may_free_wide(cycle, job):
             _memo(cycle).now(cycle).unfreed[size] = job.gang  # (fewer than any: else short)
             return None
-        return self._take_back(cycle, job)
+        return self._take_back(cycle, job, wide=True)
 
-    def _take_back(self, cycle: Cycle, job: Job) -> Preemption | None:
-        """The reclaim's victims, if freeing them lets the job fit."""
-        found = find_victims(cycle, job, self._reclaimable(cycle, job))
+    def _take_back(self, cycle: Cycle, job: Job, wide: bool = False) -> Preemption | None:
+        """The reclaim's victims, if freeing them lets the job fit: each victim project's jobs
+        within what it holds above its guarantee (`_given`); `wide`, any of its jobs, taken
+        in victim order until the job fits, the ones not needed given back, and the set kept
+        if it leaves each victim project its guarantee (`_guarantees_kept`)."""
+        found = find_victims(cycle, job, self._reclaimable(cycle, job, wide))
+        if found and wide and not self._guarantees_kept(cycle, job, found.victims):
+            return None
         if found:
             found.why = (
                 f"reclaimed by project {job.project} for job {job.name}"
                 " (within its guarantee; the victim's project is above its own)"
             )
         return found
+
+    def _guarantees_kept(self, cycle: Cycle, job: Job, victims: list[Running]) -> bool:
+        """Does each victim project keep its guarantee, or fall below it by less than one of
+        its victims while the preemptor's project stays further below its own (their
+        usage/guarantee ratios after the swap), so that neither can take it back?"""
+        accel, snap = job.accelerator, cycle.snap
+        freed: dict[str, int] = {}
+        smallest: dict[str, int] = {}
+        for run in victims:
+            project, demand = run.job.project, run.job.demand
+            freed[project] = freed.get(project, 0) + demand
+            smallest[project] = min(demand, smallest.get(project, demand))
+        mine = share_ratio(
+            cycle.held(job.project, accel) + job.demand, snap.guarantee_of(job.project, accel)
+        )
+        for project, amount in freed.items():
+            guarantee = snap.guarantee_of(project, accel)
+            after = cycle.held(project, accel) - amount
+            if within(0, guarantee, after):  # (after >= guarantee, rounding aside)
+                continue
+            if not within(0, guarantee, after + smallest[project] - 1e-6):
+                return False  # more than one job below
+            if share_ratio(after, guarantee) <= mine:
+                return False
+        return True
+
+    def _may_free_wide(self, cycle: Cycle, job: Job) -> bool:
+        """`could_free_room` with every eligible job of the projects above their guarantee."""
+        counter = free_room_counter(cycle, job)
+        if counter.enough():
+            return True
+        for giver in _givers(cycle, job.accelerator):
+            if giver.project != job.project:
+                for run in giver.runs:
+                    if self._eligible(cycle, run) and counter.release(run):
+                        return True
+        return False
 
     def _reclaim_bound(self, cycle: Cycle, job: Job) -> float:
         """Free accelerators plus what other projects could give up above their guarantees."""
@@ -370,17 +418,19 @@ class Fair(Policy):
                 bound += giver.held - giver.guarantee
         return bound
 
-    def _reclaimable(self, cycle: Cycle, job: Job) -> Iterator[Running]:
+    def _reclaimable(self, cycle: Cycle, job: Job, wide: bool = False) -> Iterator[Running]:
         """Jobs of over-guarantee projects: most over-served project first, then lowest
-        priority, then most recently started; never taking a project below its guarantee.
-        (Each project's share is its own: this merges what `_given` takes of each.)"""
+        priority, then most recently started; never taking a project below its guarantee
+        (`wide`: any eligible job, see _take_back). (Each project's share is its own: this
+        merges what `_given` takes of each.)"""
         pools: dict[str, Iterator[Running]] = {}
         held: dict[str, float] = {}
         guarantee: dict[str, float] = {}
         for giver in _givers(cycle, job.accelerator):
             project = giver.project
             if project != job.project:
-                pools[project] = iter(self._given(cycle, giver))
+                given = self._given(cycle, giver) if not wide else self._all_given(cycle, giver)
+                pools[project] = iter(given)
                 held[project], guarantee[project] = giver.held, giver.guarantee
         while pools:
             project = max(pools, key=lambda p: (share_ratio(held[p], guarantee[p]), p))
@@ -417,6 +467,9 @@ class Fair(Policy):
         """May every preemptible running job be a victim (none stopping, taken or protected)?"""
         snap = cycle.snap
         return not cycle.victims and not snap.terminating and self.all_of_age(snap)
+
+    def _all_given(self, cycle: Cycle, giver: _Giver) -> Iterator[Running]:
+        return (run for run in giver.runs if self._eligible(cycle, run))
 
     def _given(self, cycle: Cycle, giver: _Giver) -> list[Running]:
         """The jobs a project would give up, none taking it below its guarantee."""

@@ -13,7 +13,7 @@ from corral.core.snapshot import Snapshot
 
 
 class _Giver:
-    """A project above its guarantee of a type with a preemptible job small enough to lose."""
+    """A project above its guarantee of a type with a preemptible job."""
 
     __slots__ = ("project", "held", "guarantee", "smallest", "runs", "released")
 
@@ -91,17 +91,14 @@ def _giver(
     snap: Snapshot, accel: str, project: str, held: int, runs: SortedQueue[Running]
 ) -> _Giver | None:
     """The project as a giver of the type, if it is above its guarantee with a preemptible
-    job small enough to lose."""
+    job (a reclaim within its budget takes only jobs small enough to lose: Fair._given)."""
     guarantee = snap.guarantee_of(project, accel)
     if held <= guarantee:
         return None
     counts = snap.preemptible_sizes.get(accel, {}).get(project)
     if not counts:
         return None
-    smallest = min(counts)
-    if smallest > held - guarantee + 1e-9:
-        return None
-    return _Giver(project, float(held), guarantee, smallest, runs)
+    return _Giver(project, float(held), guarantee, min(counts), runs)
 
 
 def _giver_of(giver: _Giver | None) -> tuple | None:
