@@ -156,3 +156,16 @@ def test_reclaim_tries_an_older_victim_that_frees_a_whole_node():
     ]
     assert preempted(r) == [(10, "b-old")], show(r)
     assert start_of(r, "a3") == (10, ["gpu-0"]), show(r)
+
+
+def test_a_head_job_too_big_for_the_guarantee_does_not_hold_back_its_projects_reclaims():
+    # 4 nodes x 8; guarantees p 14.7, q 17.3. q holds all 32 GPUs. p's head job (16 GPUs) can
+    # never be within its guarantee; its two 2-GPU jobs behind it are, and reclaim one of q's
+    # jobs (q stays at 24, above its 17.3). The head waits as a borrower.
+    q = quota({"p": {"gpu": 14.7}, "q": {"gpu": 17.3}})
+    jobs = [job(f"q{i}", "q", 8, submit=i, duration=LONG) for i in range(1, 5)]
+    jobs.append(job("big", "p", 8, workers=2, submit=5, duration=100))
+    jobs += [job(f"s{i}", "p", 2, submit=10, duration=100) for i in (1, 2)]
+    r = run_checked({"cluster": "4x8:gpu", "quota": q, "jobs": jobs})
+    assert preempted(r) == [(10, "q4")], show(r)
+    assert start_of(r, "s1") == (10, ["gpu-3"]) and start_of(r, "s2") == (10, ["gpu-3"])

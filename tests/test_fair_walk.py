@@ -53,14 +53,15 @@ class Plain(Fair):
             if not progress and cycle.reserver is not None:
                 continue
             first = queue.pop()
-            if first.id not in seen:
-                if within and not cycle.within_guarantee(first):
-                    continue
-                if (progress and self._may_act(cycle, first)) or (
-                    cycle.reserver is None and self.may_reserve(cycle, first)
-                ):
-                    seen.add(first.id)
-                    yield first
+            beyond = first.id not in seen and within and not cycle.within_guarantee(first)
+            if beyond and self.may_reserve(cycle, first):
+                continue  # the project's first pass ends here (else it is passed over)
+            acts = (progress and self._may_act(cycle, first)) or (
+                cycle.reserver is None and self.may_reserve(cycle, first)
+            )
+            if first.id not in seen and not beyond and acts:
+                seen.add(first.id)
+                yield first
             head = queue.peek()
             if progress and head is not None:
                 heapq.heappush(heap, self._key(cycle, project, head))

@@ -47,7 +47,6 @@ from corral.policies.fair_walk import (
     PASS,
     STOP,
     _Answers,
-    _head_key,
     _ProjectQueue,
     _UserQueue,
 )
@@ -74,11 +73,12 @@ class Fair(Policy):
         self.jumps = self.queue_key_is_default()
 
     def order(self, cycle: Cycle) -> Iterator[Job]:
-        # Each project's jobs that keep it within its guarantee go first (up to its first job
-        # that would not: order inside a project is kept), then everything else, each pass
-        # in bastion order. Reclaim happens only in the first pass, where the preemptor is
-        # sure to be first in line for the capacity it frees; otherwise a borrower ranked
-        # ahead of it could take that capacity back and the two would trade places forever.
+        # Each project's jobs that keep it within its guarantee go first (a job beyond it that
+        # may not reserve, a head too big for the guarantee say, does not hold back the ones
+        # behind it), then everything else, each pass in bastion order. Reclaim happens only in
+        # the first pass, where the preemptor is sure to be first in line for the capacity it
+        # frees; otherwise a borrower ranked ahead of it could take that capacity back, and the
+        # two would trade places forever.
         seen: set[str] = set()
         memo = _memo(cycle)
         memo.reclaim = True
@@ -266,24 +266,16 @@ class Fair(Policy):
         return False
 
     def idle(self, snap: Snapshot) -> bool:
-        # Nothing fits, nothing is stopping, no wake-up is due (no minimum run time), and no
-        # job may preempt: no project's first job is within its guarantee (so none reclaims:
-        # the first pass ends at a project's first job beyond it) and none outranks a running
-        # job of its own project.
+        # Nothing fits, nothing is stopping, no wake-up is due (no job protected), and no job
+        # may preempt: none reclaims (no project has a job within its guarantee, or none is
+        # above its own with a job to give) and none outranks a running job of its project.
         if not nothing_fits(snap) or not self.all_of_age(snap):
             return False
-        if any(self._head_within(snap, project) for project in snap.projects_with_room()):
+        if snap.projects_with_room() and _any_giver(snap):
             return False
         if snap.outrank_possible():
             return not any(self._may_outrank(snap, project) for project in snap.pending.demand)
         return True
-
-    def _head_within(self, snap: Snapshot, project: str) -> bool:
-        """Would the project's first job in its queue keep it within its guarantee? (Else its
-        first pass ends at once: no job of it may reclaim.)"""
-        heads = [jobs[0] for jobs in snap.pending.by_user[project].values()]
-        head = heads[0] if len(heads) == 1 else min(heads, key=_head_key)
-        return snap.room_within(project, head.accelerator, head.demand)
 
     def _may_outrank(self, snap: Snapshot, project: str) -> bool:
         """Does a user's first pending job outrank one of the project's running jobs? (Each
@@ -524,3 +516,12 @@ class Fair(Policy):
         after = cycle.held(job.project, job.accelerator) - freed + job.demand
         guarantee = cycle.snap.guarantee_of(job.project, job.accelerator)
         return within(after, 0, guarantee) or freed >= job.demand
+
+
+def _any_giver(snap: Snapshot) -> bool:
+    """Is some project above its guarantee of a type with a preemptible job of it?"""
+    for accel, by_project in snap.preemptible_sizes.items():
+        for project, counts in by_project.items():
+            if counts and snap.held(project, accel) > snap.guarantee_of(project, accel):
+                return True
+    return False

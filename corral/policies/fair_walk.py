@@ -22,11 +22,6 @@ if TYPE_CHECKING:
 PASS, STOP, ACT = 0, 1, 2  # what the walk does with a job (_Answers.verdict)
 
 
-def _head_key(job: Job) -> tuple:
-    """Which user's first job a project's queue takes first (see _ProjectQueue)."""
-    return (-job.priority, job.submit_time, job.name, job.id)
-
-
 class _ProjectQueue:
     """A project's pending jobs merged across users: priority, then the user with the least
     already ahead in the queue, then submit time, then name (weighted round-robin)."""
@@ -180,11 +175,14 @@ class _Answers:
         return found
 
     def verdict(self, job: Job, within: bool, progress: bool) -> int:
-        """What the walk does with a job: STOP, the project's first job beyond its guarantee
-        ends its first pass; ACT, it may start or preempt now, or it is the first blocked one
-        allowed the reservation (rule 6); else PASS, its reason is derived."""
+        """What the walk does with a job: ACT, it may start or preempt now, or it is the first
+        blocked one allowed the reservation (rule 6); else PASS, its reason is derived. In the
+        first pass a job beyond its project's guarantee waits for the second: it STOPs the
+        project's first pass if it may hold the reservation then (the jobs behind it must not
+        take what it waits for), else it is passed over (a head too big for the guarantee, or
+        a project borrowing, does not hold back its jobs that may reclaim)."""
         if within and not self.within_guarantee(job):
-            return STOP
+            return STOP if self.may_reserve(job) else PASS
         if (progress and self.may_act(job)) or (
             self.cycle.reserver is None and self.may_reserve(job)
         ):
