@@ -38,6 +38,7 @@ gpu = 0.125
 gpu = 3
 [scheduler]
 preempt_grace = "1s"
+preempt_min_runtime = "0s"
 """
 PROJECTS = ("vision", "nlp", "ops", "idle")
 

@@ -22,6 +22,7 @@ gpu = 0.5
 gpu = 0.5
 [scheduler]
 preempt_grace = "1s"
+preempt_min_runtime = "0s"
 """
 
 

@@ -39,6 +39,7 @@ gpu = 0.4
 [scheduler]
 policy = "fair"
 preempt_grace = "{grace}"
+preempt_min_runtime = "0s"  # the demo reclaims at once (default 5m)
 """
 
 STATE_STYLE = {
@@ -61,15 +62,16 @@ class Arrival:
     code: int = 0
 
 
-# nlp fills the idle pool first; vision's finetune gang later reclaims vision's share.
+# nlp fills the idle pool first; vision's finetune gang later reclaims vision's share, from
+# nlp's sweeps (each by then well past the first second, when no attempt is preempted).
 WORKLOAD = (
     Arrival(0, "bob", "pretrain", 26, per_worker=2, workers=2),
-    Arrival(0, "alice", "eval-1", 5),
+    Arrival(0, "alice", "eval-1", 4),
     Arrival(0, "bob", "tokenize", 6),
     Arrival(2, "bob", "sweep-1", 22),
     Arrival(2, "bob", "sweep-2", 22),
     Arrival(3, "bob", "sweep-3", 22),
-    Arrival(9, "alice", "finetune", 10, per_worker=2, workers=2),
+    Arrival(10, "alice", "finetune", 10, per_worker=2, workers=2),
     Arrival(11, "alice", "eval-2", 4),
     Arrival(14, "bob", "lint-data", 3, code=1),
     Arrival(16, "alice", "eval-3", 4),
