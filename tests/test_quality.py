@@ -72,14 +72,13 @@ def test_a_reclaim_the_policy_makes_is_no_miss_and_one_it_does_not_make_is():
     assert (fifo.missed_instants, fifo.missed_behind) == (1, 1)
 
 
-def test_fair_today_misses_the_reclaim_that_needs_an_older_victim():
-    """Issue 19, item 1: fair fills b's victim budget most recent first (b8, b7, ... b3: six
-    GPUs, none of them a whole node) and never tries b-old, whose removal frees gpu-0 and
-    leaves b at 8 >= 6. When fair learns to (take candidates until the job fits, then give
-    back those not needed), this instant has no miss: turn the assertion round."""
-    fair = instant(SPREAD, "fair")
-    assert fair.missed_instants == 1
-    (miss,) = fair.misses
+def test_fair_takes_the_older_victim_that_frees_a_node():
+    """Issue 19, item 1: b's most recent jobs (b8, b7, ... b3: six GPUs, its whole budget)
+    free no node; b-old's removal frees gpu-0 and leaves b at 8 >= 6. fair takes candidates
+    until the job fits, then gives back those not needed: no miss (fifo, which never
+    preempts, misses it)."""
+    assert instant(SPREAD, "fair").missed_instants == 0
+    (miss,) = instant(SPREAD, "fifo").misses
     assert (miss.project, miss.job, miss.victim) == ("a", "a-job", "b-old")
 
 
