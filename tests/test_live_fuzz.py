@@ -29,6 +29,8 @@ SECONDS_EACH = 22  # a minute for both runs with start-up
 # schema-valid requests: quota, admission, a name taken, with a 4xx and the reason) and
 # "negative data rejection" (a query string has no types: `?project=false` is the string
 # "false", which a string parameter rightly accepts).
+# The admin's run leaves out cancelling: it reuses ids from answers, and would cancel the hog.
+ADMIN_ONLY = ["--exclude-path-regex", "/cancel$"]
 CHECKS = ["--checks", "all", "--exclude-checks", "positive_data_acceptance,negative_data_rejection"]
 
 
@@ -44,12 +46,14 @@ def server(module_servers):
     return server
 
 
-def schemathesis(server, token: str, workdir: Path) -> subprocess.CompletedProcess[str]:
+def schemathesis(
+    server, token: str, workdir: Path, extra: list[str]
+) -> subprocess.CompletedProcess[str]:
     st = shutil.which("st", path=str(Path(sys.executable).parent)) or "st"
     return subprocess.run(
         [st, "run", f"{server.url}/openapi.json", "-H", f"Authorization: Bearer {token}"]
         + [*CHECKS, "--max-time", str(SECONDS_EACH), "--workers", "1", "--seed", "20"]
-        + ["--generation-database", "none", "--no-color"],
+        + ["--generation-database", "none", "--no-color", *extra],
         capture_output=True,
         text=True,
         timeout=SECONDS_EACH * 4,
@@ -59,8 +63,10 @@ def schemathesis(server, token: str, workdir: Path) -> subprocess.CompletedProce
 
 @pytest.mark.parametrize("who", ["user", "admin"])
 def test_the_api_agrees_with_its_openapi_document(server, who, tmp_path):
-    token = server.admin_token if who == "admin" else server.token("fuzzer")
-    done = schemathesis(server, token, tmp_path)
+    # The user's run cancels what it can (its own jobs, not the admin's hog).
+    admin = who == "admin"
+    token = server.admin_token if admin else server.token("fuzzer")
+    done = schemathesis(server, token, tmp_path, ADMIN_ONLY if admin else [])
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
     assert "Traceback" not in server.log(), server.log()[-4000:]
-    assert server.live_jobs()[0]["name"] == "hog", "the fuzzer never cancels what it cannot name"
+    assert server.live_jobs()[0]["name"] == "hog", "the fuzzer cancelled the hog"

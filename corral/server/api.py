@@ -104,13 +104,13 @@ _SUBMIT_DOC = {
 }
 
 _TIME_OR_NULL = {"type": ["number", "null"]}
-# A job as answers show it, in part (they carry more fields). Its id and name are left out on
-# purpose: a fuzzer that reads them from a listing would cancel any job it sees
-# (tests/test_live_fuzz.py keeps one job running the whole time).
+# A job as answers show it, in part (they carry more fields).
 _JOB_SCHEMA = {
     "type": "object",
-    "required": ["project", "user", "state", "predicted_start", "predicted_at"],
+    "required": ["id", "name", "project", "user", "state", "predicted_start", "predicted_at"],
     "properties": {
+        "id": {"type": "string"},
+        "name": {"type": "string"},
         "project": {"type": "string"},
         "user": {"type": "string"},
         "state": {"enum": ["pending", "running", "succeeded", "failed", "cancelled"]},
