@@ -4,6 +4,7 @@
 unreachable for a minute, and the API must outlive any Ray outage. So `RayInventory` starts
 `python -m corral.executors.ray_inventory ADDRESS FILE`, a small driver that writes the alive
 nodes to FILE whenever they change, and reads that file; it restarts the helper if it dies.
+The helper also keeps the pool of warm worker actors full (ray_pool.py).
 
 A node's name, accelerator type and domain come from the labels given at `ray start --labels`
 (corral.io/node, corral.io/accelerator, corral.io/domain), else from Ray: its node id, its

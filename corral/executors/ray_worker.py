@@ -23,7 +23,6 @@ attempt, and gone with everything the worker started when the attempt is release
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 import subprocess
@@ -37,9 +36,7 @@ from typing import Any
 from corral.executors.local import free_ports
 from corral.executors.rundir import ProcessRef, read_json, write_json_atomic
 
-log = logging.getLogger("corral.ray.worker")
-
-START_TIMEOUT = 30.0  # seconds for the host to start the worker (a Python start, a fork)
+START_TIMEOUT = 30.0  # seconds for the host to start the worker (it may still be starting)
 LOG_CHUNK = 1 << 20  # at most this many log bytes per poll: the supervisor asks again
 LEASE = 10.0  # seconds without a call from its owner before an actor releases itself
 CLAIM_LEASE = 120.0  # the same, for an actor claimed but not started yet
@@ -57,8 +54,7 @@ class WorkerActor:
         self.seen = 0.0  # monotonic time of the owner's last call
         self.calls = 0  # the owner's calls in progress
         self.retired = False
-        self.served = 0  # attempts this actor has carried out
-        self.served_owner: str | None = None  # the owner of the last one started
+        self.started_for: str | None = None  # the owner of the last worker started
         self._prepare()
         threading.Thread(target=self._watch_lease, daemon=True).start()
 
@@ -84,8 +80,7 @@ class WorkerActor:
             data = {"launch": launch, "index": index, "run_marker": run_marker, "hide": hide}
             write_json_atomic(self.work / "launch.json", data)
             os.write(self.order, b"go\n")  # the host is waiting for it
-            self.served += 1
-            self.served_owner = owner
+            self.started_for = owner
             deadline = time.monotonic() + START_TIMEOUT
             while self.worker is None and not (self.work / "exit.json").exists():
                 if time.monotonic() > deadline:
@@ -162,7 +157,7 @@ class WorkerActor:
         while True:
             time.sleep(1.0)
             with self.lock:
-                lease = CLAIM_LEASE if self.served_owner != self.owner else LEASE
+                lease = LEASE if self.started_for == self.owner else CLAIM_LEASE
                 late = time.monotonic() - self.seen > lease
                 if self.owner is not None and self.calls == 0 and late:
                     print(f"lease of {self.owner} ran out: releasing", flush=True)
