@@ -26,7 +26,8 @@ from corral.executors.rundir import read_json, write_json_atomic
 log = logging.getLogger("corral.ray.pool")
 
 PER_NODE = 2  # warm actors kept on every node: the workers one node can start at once, fast
-CLAIM_TIMEOUT = 2.0  # seconds for an actor to answer a claim (one still starting is skipped)
+CLAIM_TIMEOUT = 2.0  # seconds for an actor that is up to answer a claim
+START_WAIT = 30.0  # the same for one the keeper is still starting
 RETIRE_TIMEOUT = 5.0  # seconds for the idle actors to answer at a clean shutdown
 PREFETCH_MAX = 256  # a spare supervisor reaches the pool's actors ahead if there are no more
 
@@ -134,14 +135,17 @@ def prefetch(state_dir: Path) -> None:
 
 def claim(state_dir: Path, node_ids: list[str], owner: str) -> list[tuple[str, Any] | None]:
     """For each worker (the Ray node it runs on), an idle pooled actor there, now `owner`'s:
-    (its name, its handle), or None where none could be had. Only actors the keeper has seen
-    up are asked, all at once, each worker's next one if the first was taken."""
+    (its name, its handle), or None where none could be had. The workers ask at once, each
+    its next actor if the first was taken: first those the keeper has seen up, then those it
+    is starting (a node that just joined), waited for rather than starting one more."""
     import ray
 
     up = set(read_json(Path(state_dir) / "ray" / "pool.json") or [])
-    untried = [[n for n in names(state_dir, node_id) if n in up] for node_id in node_ids]
-    for candidates in untried:
+    untried = []
+    for node_id in node_ids:
+        candidates = names(state_dir, node_id)
         random.shuffle(candidates)  # two launches at once rarely ask the same actor first
+        untried.append(sorted(candidates, key=lambda n: n in up))  # popped from the end
     got: list[tuple[str, Any] | None] = [None] * len(node_ids)
     while True:
         asking = {}
@@ -156,12 +160,13 @@ def claim(state_dir: Path, node_ids: list[str], owner: str) -> list[tuple[str, A
             return got
         # An answer that comes after `until` is a refusal: no actor is left claimed by a
         # launch that stopped waiting.
-        until = time.time() + CLAIM_TIMEOUT
+        wait = CLAIM_TIMEOUT if up.issuperset(asking.values()) else START_WAIT
+        until = time.time() + wait
         refs = {}
         for i, name in asking.items():
-            with contextlib.suppress(ValueError):  # gone since the keeper saw it
+            with contextlib.suppress(ValueError):  # not there (any more): not asked
                 refs[_handle(name).claim.remote(owner, until)] = i
-        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=CLAIM_TIMEOUT)
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=wait)
         for ref in ready:
             i = refs[ref]
             try:
