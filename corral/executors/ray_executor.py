@@ -23,10 +23,10 @@ from corral.executors.rundir import RunDir
 
 log = logging.getLogger("corral.ray")
 
-# Supervisors kept connected to Ray: a launch takes the oldest and starts one more. Two, so
-# that launches closer together than a spare's start (a Python start and ray.init(), seconds
-# on a loaded machine) still find one ready.
-SPARES = 2
+# Supervisors kept connected to Ray: a launch takes the oldest and starts one more. Three, so
+# that launches closer together than a spare's start (a Python start and ray.init(): 1-2 s,
+# 5 s and more on a loaded machine) still find one ready; each is a ~100 MB idle process.
+SPARES = 3
 
 
 class RayExecutor(LocalExecutor):

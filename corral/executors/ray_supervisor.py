@@ -301,6 +301,10 @@ def main(argv: list[str] | None = None) -> int:
     if args[0].startswith("--spare="):
         state_dir = Path(args[0].removeprefix("--spare="))
         ray_pool.prefetch(state_dir)
+        log.info(
+            "spare ready, %.1fs after its start",
+            time.time() - ProcessRef.of(os.getpid()).create_time,
+        )
         path = wait_for_run(sys.stdin)
         if path is None:
             return 0
