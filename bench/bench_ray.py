@@ -51,9 +51,9 @@ STEPS = {
     "api": "CLI start + POST",
     "decided": "API to the control loop's decision",
     "taken": "decision to the supervisor having the run dir",
+    "claimed": "pooled actors claimed",
     "placed": "placement group ready",
     "actors": "actors ready and ports picked",
-    "claimed": "pooled actors claimed",
     "running": "the start call to the worker running",
 }
 

@@ -4,7 +4,8 @@ wait for Ray to start a worker process (the longest step of starting a gang othe
 Every alive node keeps PER_NODE detached actors (ray_worker.WorkerActor) with fixed names,
 `corral-pool-STATE-NODEID-I` (STATE: a hash of the state dir, so two corral deployments on
 one cluster keep apart). The inventory helper (ray_inventory.py) creates whichever of these
-names is missing, every half second; nothing else creates or kills them while they live.
+names is missing, every half second, and writes those that are up to STATE/ray/pool.json;
+nothing else creates them, and only a clean stop of `corral up` kills them (the idle ones).
 An attempt's supervisor claims one per worker by name (the actor's claim is atomic), falls
 back to an actor of its own for a worker that finds none idle, and releases them at the end:
 a released actor kills what is left of its attempt and waits for the next.

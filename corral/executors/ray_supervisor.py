@@ -6,10 +6,12 @@ actors, ray_pool.py) that waits for its RUN_DIR on stdin (the executor keeps spa
 a launch does not wait for Python and `ray.init()`). It keeps the local supervisor's
 run directory protocol (rundir.py), so the executor, adoption after a control-plane restart and
 `lost` work exactly as for the local executor: it survives a SIGKILL of `corral up`, and if it
-dies itself its actors die with it (they belong to its driver) and their hosts kill the gang.
+dies itself its actors' hosts kill the gang: an actor of its own dies with it (it belongs to
+its driver), a pooled one once its lease runs out (ray_worker.py).
 
 The gang is corral's, not Ray's: one placement group per attempt, one bundle per worker pinned
-to the node corral chose; one actor per worker (ray_worker.py). Worker 0's node gives
+to the node corral chose; one actor per worker (ray_worker.py), claimed from the pool of warm
+actors on that node (ray_pool.py) where it has an idle one. Worker 0's node gives
 MASTER_ADDR and picks MASTER_PORT and MEGASCALE_PORT. The first worker failure, actor death or
 node death stops the others: SIGTERM to every worker's group, the grace, SIGKILL; then the
 actors and the placement group go. Worker logs are copied into the state dir every TICK.
