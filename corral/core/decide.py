@@ -62,14 +62,43 @@ def run_cycle(snap: Snapshot, policy: Policy, reasons: bool = False) -> CycleRun
     the cycle costs what it changes, not the length of the queue."""
     cycle = Cycle(snap, spread=policy.spread)
     reserver = Reserver()
+    first = {job.id for job in _preemptors(snap) if _keep_room(cycle, job)}
     for job in policy.order(cycle):
-        _consider(cycle, policy, reserver, job)
+        if job.id not in first:
+            _consider(cycle, policy, reserver, job)
     decision = cycle.decision
     if reasons:
         _explain_the_rest(cycle, decision.reasons)
     wake = [t for t in (policy.wake_at(cycle), policy.protection_ends(cycle)) if t is not None]
     decision.wake_at = min(wake, default=None)
     return CycleRun(cycle, reserver, decision)
+
+
+def _preemptors(snap: Snapshot) -> list[Job]:
+    """The pending jobs that preempted others and have not started (live: their victims may
+    still be in their grace period), in submit order."""
+    pending = snap.pending.jobs
+    found = [pending[i] for i in snap.preemptors if i in pending]
+    return sorted(found, key=lambda j: (j.submit_time, j.id))
+
+
+def _keep_room(cycle: Cycle, job: Job) -> bool:
+    """Start a preemptor, or hold its room beside its stopping victims, before the policy's
+    order, which may now put another job first: what its victims free stays its own until
+    they are gone (DESIGN.md §3.9). False: neither (the order considers it as usual)."""
+    if reasons.limit(cycle, job) is not None:
+        return False
+    nodes = _fit(cycle, job)
+    if nodes is not None:
+        cycle.admit(job, nodes)
+        return True
+    soon = place_after_release(cycle, job)
+    if soon is None:
+        return False
+    cycle.promise(job, soon)
+    why = reasons.releasing(cycle)
+    cycle.wait(job, why.code, why.message)
+    return True
 
 
 def _consider(cycle: Cycle, policy: Policy, reserver: Reserver, job: Job) -> None:

@@ -161,6 +161,9 @@ class Snapshot:
         # not keyed by tuples: a string's hash is kept, a tuple's is computed on every lookup.)
         self.slots: dict[str, dict[int, int]] = {}
         self.terminating: dict[str, Running] = {}
+        # Pending jobs that preempted others and have not started yet: each keeps first pick of
+        # what its victims free (decide._keep_room), until it starts or leaves the queue.
+        self.preemptors: set[str] = set()
         self.exclusive_domains: dict[str, str] = {}  # domain -> job id holding it alone
         self.running: dict[str, Running] = {}
         self._preemptible: dict[str, dict[str, SortedQueue[Running]]] | None = None
@@ -232,6 +235,7 @@ class Snapshot:
         """Take a job out of the queue (cancelled, or about to start)."""
         job = self.pending.remove(job_id)
         self._touch(job.project)
+        self.preemptors.discard(job_id)
         return job
 
     def start(self, job_id: str, nodes: Iterable[str], now: float) -> Running:
@@ -244,6 +248,7 @@ class Snapshot:
             if free[i] < per:
                 raise ValueError(f"node {self.cluster.nodes[i].name} lacks {per} free")
         self.pending.remove(job_id)
+        self.preemptors.discard(job_id)
         self._touch(job.project)
         for i in where:
             self._change_free(i, -per)
@@ -383,9 +388,13 @@ class Snapshot:
             runs = by_project[run.job.project] = SortedQueue()
         runs.add(victim_order(run), run)
 
-    def mark_terminating(self, job_id: str) -> None:
+    def mark_terminating(self, job_id: str, preemptor: str = "") -> None:
+        """The job was told to stop (live: SIGTERM, then its grace period); `preemptor`: the
+        job it was preempted for, which has first pick of what it frees until it starts."""
         run = self.running[job_id]
         run.terminating = True
+        if preemptor:
+            self.preemptors.add(preemptor)
         self.terminating[job_id] = run
 
     def _change_free(self, node: int, amount: int) -> None:

@@ -861,7 +861,7 @@ class ControlPlane:
             tx.event(now, "preempt", row.id, row.project, reason=p.reason, preemptor=p.preemptor)
         att.state, att.stop_reason = "terminating", "preempt"
         row.message = f"preempted for {by}: {p.reason}"
-        self.snap.mark_terminating(row.id)
+        self.snap.mark_terminating(row.id, p.preemptor)
         self._terminate(row.id, att.attempt)
         self.metrics.events.labels("preempt").inc()
         self.metrics.preempted(row.project, preempt_reason(p.reason, self.quota.scheduler.policy))
