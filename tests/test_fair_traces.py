@@ -169,3 +169,35 @@ def test_a_head_job_too_big_for_the_guarantee_does_not_hold_back_its_projects_re
     r = run_checked({"cluster": "4x8:gpu", "quota": q, "jobs": jobs})
     assert preempted(r) == [(10, "q4")], show(r)
     assert start_of(r, "s1") == (10, ["gpu-3"]) and start_of(r, "s2") == (10, ["gpu-3"])
+
+
+# --- capacity held while victims stop (DESIGN.md §3.9) ------------------------------------------
+
+
+def test_a_preemptor_keeps_what_its_first_victim_freed_while_the_other_stops():
+    # One 8-GPU node; guarantees vision 4, ops 2, nlp 2. nlp holds it all (n1..n4, 2 GPUs
+    # each). vision's P (4 GPUs) reclaims n4 and n3; live, n4 stops at once and n3 takes its
+    # grace period. ops's X (1 GPU, within its guarantee, before P in bastion order: 0.5 < 1)
+    # arrives: it must not take the 2 GPUs n4 freed, which P counts on.
+    config = SchedulerConfig(preempt_min_runtime=0.0)
+    q = parse_quota(quota({"vision": {"gpu": 2}, "ops": {"gpu": 1}, "nlp": {"gpu": 1}}))
+    pol = load_policy(config)
+    snap = pol.snapshot([Node("n0", "gpu", 8)], q)
+    for i in range(1, 5):
+        snap.submit(_job(f"n{i}", "nlp", 2, submit=i))
+        snap.start(f"n{i}", ["n0"], i)
+    snap.set_time(100)
+    snap.submit(_job("P", "vision", 4, submit=100))
+    d = decide(snap, pol)
+    assert [(p.job_id, p.preemptor) for p in d.preemptions] == [("n4", "P"), ("n3", "P")]
+    for p in d.preemptions:
+        snap.mark_terminating(p.job_id, p.preemptor)
+    snap.set_time(101)
+    snap.stop("n4")  # gone at once; n3 is still stopping
+    snap.submit(_job("X", "ops", 1, submit=101))
+    d = decide(snap, pol)
+    assert "X" not in [s.job_id for s in d.starts], d
+    assert d.reason(snap.pending.jobs["P"]).code == "preempting"
+    snap.stop("n3")
+    snap.set_time(102)
+    assert "P" in [s.job_id for s in decide(snap, pol).starts]
