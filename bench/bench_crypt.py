@@ -169,7 +169,8 @@ def main() -> None:
                 results[name]["restore"].append(r)
                 print(
                     f"rep {rep + 1} {name:18s} write {w:6.2f} s ({total_mib / w:6.0f} MiB/s)"
-                    f"  restore {r:6.2f} s ({total_mib / r:6.0f} MiB/s)",
+                    f"  restore {r:6.2f} s ({total_mib / r:6.0f} MiB/s)"
+                    f"  CPU {cpu[name]['write'][-1]:.2f} + {cpu[name]['restore'][-1]:.2f} s",
                     file=sys.stderr,
                 )
         summary = summarize(results, paths)
