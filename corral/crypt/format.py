@@ -21,6 +21,7 @@ import os
 import struct
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from cryptography.exceptions import InvalidTag
@@ -344,13 +345,46 @@ class SegmentWriter:
         self.sink(memoryview(self._out)[:n])
 
 
-def seal_whole(cipher: ObjectCipher, data: bytes | bytearray | memoryview) -> bytearray:
-    """The whole object's ciphertext, sealed straight into one buffer (no staging copy)."""
+WHOLE_KEPT = 128 << 20  # bytes of whole-object buffers kept for the next writes
+
+
+class _WholeBuffers:
+    """Ciphertext buffers of whole objects, kept by size: a checkpoint's shards mostly share
+    a size, and a fresh buffer per object costs its page faults again (contended when many
+    threads write at once). Keeps at most WHOLE_KEPT bytes."""
+
+    def __init__(self) -> None:
+        self._free: dict[int, list[bytearray]] = {}
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def take(self, size: int) -> Iterator[bytearray]:
+        with self._lock:
+            kept = self._free.get(size)
+            buf = kept.pop() if kept else bytearray(size)
+        try:
+            yield buf
+        finally:
+            with self._lock:
+                kept = sum(n * len(bufs) for n, bufs in self._free.items())
+                if kept + size > WHOLE_KEPT:
+                    self._free.clear()  # mostly another size in use now: start over
+                if size <= WHOLE_KEPT:
+                    self._free.setdefault(size, []).append(buf)
+
+
+_WHOLE = _WholeBuffers()
+
+
+@contextmanager
+def sealed_whole(cipher: ObjectCipher, data: bytes | bytearray | memoryview) -> Iterator[bytearray]:
+    """The whole object's ciphertext, sealed straight into one reused buffer (no staging
+    copy), valid inside the `with` block."""
     plain = memoryview(data).cast("B")
-    out = bytearray(cipher.layout.cipher_size(len(plain)))
-    out[:HEADER_SIZE] = cipher.header.pack()
-    cipher.seal_batch(plain, memoryview(out)[HEADER_SIZE:], 0, final=True)
-    return out
+    with _WHOLE.take(cipher.layout.cipher_size(len(plain))) as out:
+        out[:HEADER_SIZE] = cipher.header.pack()
+        cipher.seal_batch(plain, memoryview(out)[HEADER_SIZE:], 0, final=True)
+        yield out
 
 
 def open_whole(cipher: ObjectCipher, blob: bytes | bytearray | memoryview) -> bytearray:

@@ -33,7 +33,7 @@ from corral.crypt.format import (
     parse_header,
     read_fully,
     read_range,
-    seal_whole,
+    sealed_whole,
 )
 
 COPY_CHUNK = 8 << 20
@@ -218,7 +218,8 @@ class EncryptedFileSystem(ChainedFileSystem):
             return
         self._forget(path)
         # One request, or a multipart upload that completes or leaves nothing.
-        self.fs.pipe_file(path, seal_whole(self.codec.new_cipher(path), value), **kwargs)
+        with sealed_whole(self.codec.new_cipher(path), value) as sealed:
+            self.fs.pipe_file(path, sealed, **kwargs)
 
     def cp_file(self, path1, path2, **kwargs):
         """Decrypts and re-encrypts: the copy has its own identity and data key."""
