@@ -32,36 +32,6 @@ class Reservation:
 
 
 class Cycle:
-    __slots__ = (
-        "snap",
-        "spread",
-        "free",
-        "node_jobs",
-        "exclusive",
-        "usage",
-        "_copied",
-        "victims",
-        "releasing",
-        "soon",
-        "promised",
-        "reserver",
-        "reservation",
-        "decision",
-        "_hist",
-        "_hist_long",
-        "_blocks",
-        "_blocks_long",
-        "_domains",
-        "_pristine",
-        "memo",
-        "admitted",
-        "started",
-        "_after",
-        "changes",
-        "_unplaced",
-        "_unplaced_at",
-    )
-
     def __init__(self, snap: Snapshot, spread: bool = False, blank: bool = False):
         self.snap = snap
         self.spread = spread
@@ -470,8 +440,6 @@ class DomainIndex:
     """A type's domains ordered by free accelerators of it, (free, domain) ascending, so
     placement visits first the domains a slice fits in, best first. A plain sorted list: a
     few to a few hundred domains, copied with every what-if probe."""
-
-    __slots__ = ("order", "free")
 
     def __init__(self, free: dict[str, int], order: list[tuple[int, str]] | None = None):
         self.free = free

@@ -22,8 +22,6 @@ class Reserver:
     """Plans the reservation of the cycle's reserver (the first blocked job allowed one)
     once, when it first matters."""
 
-    __slots__ = ("planned",)
-
     def __init__(self) -> None:
         self.planned = False
 

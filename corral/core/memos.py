@@ -45,8 +45,6 @@ class Touched:
     asked (`take`); None: everything may have (the first time, and after a quota change).
     Lets an index kept across cycles bring only those projects up to date."""
 
-    __slots__ = ("projects",)
-
     def __init__(self) -> None:
         self.projects: set[str] | None = None
 
@@ -78,8 +76,6 @@ class PlanMemo:
 
 class SnapshotMemos:
     """What `decide` keeps on a snapshot from cycle to cycle."""
-
-    __slots__ = ("plan", "policy", "readers", "rooms", "rooms_touched")
 
     def __init__(self) -> None:
         # The latest reservation plan: reused while reserve._same_plan holds (the same job,

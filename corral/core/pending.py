@@ -20,30 +20,6 @@ class PendingQueue:
     and user. Each sorted index is built the first time a policy asks for it and kept up to
     date from then on, so a driver pays only for the indexes its policy reads."""
 
-    __slots__ = (
-        "key",
-        "jobs",
-        "keys",
-        "_all",
-        "_by_user",
-        "_by_shape",
-        "_by_user_shape",
-        "demand",
-        "_summaries",
-        "_summary_all",
-        "_by_size",
-        "_listed",
-        "_resized",
-        "bounded",
-        "any_bounded",
-        "priorities",
-        "priority_counts",
-        "shapes",
-        "fixed",
-        "revisit_at",
-        "by_revisit",
-    )
-
     def __init__(self, key: QueueKey, revisit_at: Callable[[Job], float | None] | None = None):
         self.key = key
         self.jobs: dict[str, Job] = {}
@@ -269,8 +245,6 @@ class PendingQueue:
 class ShapeSummary:
     """A project's pending shapes, summed up: per type and worker size the fewest workers
     (could any job fit?), and per type the smallest demand (could any stay within a share?)."""
-
-    __slots__ = ("fewest_workers", "least_demand")
 
     def __init__(self, shapes: Iterable[Shape]) -> None:
         self.fewest_workers: dict[tuple[str, int], int] = {}

@@ -114,8 +114,6 @@ class RunningByEnd:
     id. Starts usually come in time order, so those are kept in a plain dict (O(1) per start
     and stop) until a start comes out of order; then they are kept sorted."""
 
-    __slots__ = ("bounded", "unbounded", "_latest", "_sorted", "inserts")
-
     def __init__(self) -> None:
         self.bounded = SortedKeyList(key=_end_key)
         self.unbounded: dict[str, Running] = {}  # in start order while `_sorted` is None
@@ -183,8 +181,6 @@ class RunningIndex:
     """Running jobs of each accelerator type sorted by a static key a policy gives (None: left
     out), e.g. when a job crosses a rank threshold: the policy reads the first few entries
     instead of ranking every running job in every cycle. Entries are (key, job id, run)."""
-
-    __slots__ = ("key", "by_type", "_entries")
 
     def __init__(self, key: RunningKey):
         self.key = key

@@ -18,21 +18,6 @@ class SlotCounter:
     then `enough` is what placement finds, not just a bound, and a search does not place
     after every release."""
 
-    __slots__ = (
-        "cycle",
-        "job",
-        "free",
-        "held",
-        "per",
-        "need",
-        "slots",
-        "freed",
-        "batch",
-        "by_domain",
-        "domains",
-        "loose",
-    )
-
     def __init__(self, cycle: Cycle, job: Job, long: bool):
         self.cycle, self.job, self.free = cycle, job, cycle.free
         self.held = cycle.reservation.held if long and cycle.reservation is not None else {}
@@ -107,8 +92,6 @@ class DomainSlots:
     worker on its nodes) and `fits`, how many of the job's slices the usable domains hold
     (an exclusive job's slices each need a domain of their own; others may share one, a slot
     per worker)."""
-
-    __slots__ = ("counter", "number", "workers", "slices", "exclusive", "slots", "blocked", "fits")
 
     def __init__(self, counter: SlotCounter):
         cycle, job = counter.cycle, counter.job

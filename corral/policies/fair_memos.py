@@ -15,8 +15,6 @@ from corral.core.snapshot import Snapshot
 class _Giver:
     """A project above its guarantee of a type with a preemptible job."""
 
-    __slots__ = ("project", "held", "guarantee", "smallest", "runs", "released")
-
     def __init__(
         self, project: str, held: float, guarantee: float, smallest: int, runs: SortedQueue[Running]
     ):
@@ -127,8 +125,6 @@ def _kept_givers(snap: Snapshot, accel: str) -> dict[str, _Giver | None]:
 class FairCycleMemo(PolicyMemo):
     """fair's memos of one cycle (`Cycle.memo`), each with the rule that ends it."""
 
-    __slots__ = ("reclaim", "reclaim_failed", "outrank_failed", "at", "unfreed", "givers")
-
     def __init__(self) -> None:
         self.reclaim = False  # in the first pass (set by `order`): reclaim is allowed
         # Victim searches that failed: they fail again for the rest of the cycle (capacity
@@ -151,8 +147,6 @@ class FairCycleMemo(PolicyMemo):
 
 class FairKept(PolicyMemo):
     """fair's memos across cycles (`SnapshotMemos.policy`), each entry checked before use."""
-
-    __slots__ = ("touched", "givers", "released")
 
     def __init__(self, touched: Touched) -> None:
         # Per type and project, `_giver` at the snapshot's state: the projects in `touched`

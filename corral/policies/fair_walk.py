@@ -26,8 +26,6 @@ class _ProjectQueue:
     """A project's pending jobs merged across users: priority, then the user with the least
     already ahead in the queue, then submit time, then name (weighted round-robin)."""
 
-    __slots__ = ("heap", "iters", "ahead")
-
     def __init__(self, users: dict):
         self.iters = {user: iter(jobs) for user, jobs in users.items()}
         self.ahead: Counter[str] = Counter()
@@ -56,22 +54,6 @@ class _Answers:
     they read stays the same. Only decide's handling of a yielded job changes the cycle's
     state; a job passed over changes nothing. `after_yield` forgets what the handling may
     have changed, `new_pass` what the reclaim flag decides."""
-
-    __slots__ = (
-        "fair",
-        "cycle",
-        "mark",
-        "outranks",
-        "fitting",
-        "heads",
-        "within",
-        "reserve",
-        "reclaims",
-        "act",
-        "reclaiming",
-        "outranking",
-        "any_fit",
-    )
 
     def __init__(self, fair: Fair, cycle: Cycle):
         self.fair, self.cycle = fair, cycle
@@ -194,8 +176,6 @@ class _UserQueue:
     """A project's pending jobs when they all belong to one user: that user's queue, read in
     place by position (the queue does not change during a cycle), and the same by shape when
     a walk may jump over some (see Fair._queue_of)."""
-
-    __slots__ = ("items", "keys", "at", "shapes", "head")
 
     def __init__(self, queue: SortedQueue, shapes: dict[Shape, SortedQueue] | None):
         self.items, self.keys, self.shapes = queue.items, queue.keys, shapes

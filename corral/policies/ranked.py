@@ -37,8 +37,6 @@ class Keep:
     past their protection, and not among `taken` (the victims already chosen, or none).
     `every`: no job is stopping, protected or taken, so all are (a caller may skip asking)."""
 
-    __slots__ = ("now", "until", "taken", "every")
-
     def __init__(
         self, now: float, protection: Protection, taken: dict[str, Running], every: bool
     ) -> None:
@@ -241,8 +239,6 @@ class RankPolicy(Policy):
 
 class RankCycleMemo(PolicyMemo):
     """A rank policy's memos of one cycle (`Cycle.memo`), each with the rule that ends it."""
-
-    __slots__ = ("failed", "worst", "worst_known", "after", "after_at", "due")
 
     def __init__(self) -> None:
         # Per shape, the best rank whose victim search failed (or would, see _hopeless): it
