@@ -26,6 +26,7 @@ COMPILED = [
     "corral/core/cycle.py",
     "corral/core/decide.py",
     "corral/core/fit.py",
+    "corral/core/freemap.py",
     "corral/core/memos.py",
     "corral/core/model.py",
     "corral/core/order.py",

@@ -8,11 +8,11 @@ cannot possibly fit without walking the nodes.
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from corral.core import memos
+from corral.core.freemap import DomainIndex, count_slots
 from corral.core.memos import PolicyMemo
 from corral.core.model import Decision, Job, Preempt, Reason, ReasonCode, Running, Start
 from corral.core.snapshot import Snapshot, within
@@ -37,7 +37,8 @@ class Cycle:
         self.spread = spread
         if blank:  # `probe` sets every other attribute itself
             return
-        self.free = snap.free.copy()
+        self.map = snap.map.copy()  # what is free where, as the cycle goes on
+        self.free = self.map.free  # (the map's own list, read in every placement)
         self.node_jobs = snap.node_jobs.copy()
         self.exclusive = snap.exclusive_domains.copy()
         # Copied per project on first write.
@@ -56,16 +57,12 @@ class Cycle:
         self.reserver: Job | None = None  # the blocked job the reservation is for (rule 6)
         self.reservation: Reservation | None = None
         self.decision = Decision()
-        # Memos of the free map, each kept exact by `_take` (checked in `blocks`): per type,
-        # nodes by free accelerators (`histogram`), and for long jobs beside held capacity
-        # (dropped when the reservation changes); per type and worker size, free worker
-        # slots (`blocks`; likewise); per type, the domains by free accelerators.
-        self._hist: dict[str, list[int]] = {}
+        # The map's indexes for long jobs, beside capacity held for the reservation, kept
+        # exact by `_take` (checked in `blocks`), dropped when the reservation changes: per
+        # type, nodes by free accelerators (`histogram`) and worker slots per size (`blocks`).
         self._hist_long: dict[str, list[int]] = {}
-        self._blocks: dict[str, dict[int, int]] = _copy_counts(snap.slots)
         self._blocks_long: dict[str, dict[int, int]] = {}
-        self._domains: dict[str, DomainIndex] = {}
-        self._pristine = True  # no change yet: histograms are copied from the snapshot
+        self._pristine = True  # no change yet: the map is the snapshot's
         self.memo: PolicyMemo | None = None  # the policy's own, for this cycle (memos.py)
         self.admitted: dict[str, int] = {}  # accelerators started by this cycle, per type
         self.started: list[Running] = []  # jobs this cycle starts
@@ -86,7 +83,8 @@ class Cycle:
         if released and self.releasing:
             return self.after_release().probe()
         other = Cycle(self.snap, self.spread, blank=True)
-        other.free = self.free.copy()
+        other.map = self.map.copy()
+        other.free = other.map.free
         other.node_jobs = self.node_jobs.copy()
         other.exclusive = self.exclusive.copy()
         other.usage = self.usage
@@ -96,11 +94,8 @@ class Cycle:
         other.reserver = self.reserver
         other.reservation = self.reservation
         other.decision = Decision()  # a probe only places: nothing reads it
-        other._hist = {a: list(h) for a, h in self._hist.items()}
         other._hist_long = {a: list(h) for a, h in self._hist_long.items()}
-        other._blocks = _copy_counts(self._blocks)
-        other._blocks_long = _copy_counts(self._blocks_long)
-        other._domains = {a: index.copy() for a, index in self._domains.items()}
+        other._blocks_long = {a: dict(counts) for a, counts in self._blocks_long.items()}
         other._pristine = self._pristine
         other.memo = None
         other.admitted = self.admitted
@@ -199,10 +194,7 @@ class Cycle:
             if hist is None:
                 hist = self._held_histogram(accelerator)
             return hist
-        hist = self._hist.get(accelerator)
-        if hist is None:  # untouched so far (see _take): the snapshot's is still right
-            hist = self._hist[accelerator] = list(self.snap.free_hist.get(accelerator, [0]))
-        return hist
+        return self.map.hist.get(accelerator, [0])
 
     def _held_histogram(self, accelerator: str) -> list[int]:
         """The free histogram with held accelerators taken out: only held nodes differ."""
@@ -245,18 +237,19 @@ class Cycle:
     def blocks(self, accelerator: str, per_worker: int, long: bool = True) -> int:
         """Free per_worker-sized blocks of a type, over all nodes (kept up to date as the
         cycle goes on: policies ask this for every project and shape)."""
-        table = self._blocks_long if long and self.reservation is not None else self._blocks
-        counts = table.get(accelerator)
-        if counts is None:
-            counts = table[accelerator] = {}
-        found = counts.get(per_worker)
-        if found is None:
-            hist = self.histogram(accelerator, long)
-            weights = self.snap.cluster.block_weights(accelerator, per_worker)
-            found = 0
-            for k in range(len(hist)):  # (a typed loop: compiled to native int arithmetic)
-                found += hist[k] * weights[k]
-            counts[per_worker] = found
+        if not long or self.reservation is None:
+            found = self.map.slots_of(accelerator, per_worker)
+        else:
+            counts = self._blocks_long.get(accelerator)
+            if counts is None:
+                counts = self._blocks_long[accelerator] = {}
+            kept = counts.get(per_worker)
+            if kept is None:
+                hist = self.histogram(accelerator, True)
+                kept = counts[per_worker] = count_slots(
+                    self.snap.cluster, hist, accelerator, per_worker
+                )
+            found = kept
         if memos.CHECKING:  # the slot counts and histograms, against the free map
             nodes = self.snap.cluster.by_type.get(accelerator, ())
             memos.same("worker slots", found, sum(self.avail(i, long) // per_worker for i in nodes))
@@ -304,48 +297,29 @@ class Cycle:
 
     def domains_by_free(self, accelerator: str) -> DomainIndex:
         """The domains holding the type, by free accelerators of it."""
-        index = self._domains.get(accelerator)
-        if index is None:
-            typed = self.snap.cluster.typed_domains.get(accelerator, {})
-            free = self.free
-            index = DomainIndex({d: sum(free[i] for i in nodes) for d, nodes in typed.items()})
-            self._domains[accelerator] = index
-        elif memos.CHECKING:
-            typed = self.snap.cluster.typed_domains.get(accelerator, {})
-            fresh = {d: sum(self.free[i] for i in nodes) for d, nodes in typed.items()}
+        index = self.map.domains_by_free(accelerator)
+        if memos.CHECKING:
+            fresh = self.map.domain_totals(accelerator)
             order = sorted((n, d) for d, n in fresh.items())
             memos.same("free per domain", (index.free, index.order), (fresh, order))
         return index
 
     def _take(self, node: int, amount: int) -> None:
         """Move `amount` accelerators of a node between free and used, keeping the indexes."""
-        if self._pristine:  # from now on the histograms are kept here, not rebuilt
-            self._hist = {a: list(h) for a, h in self.snap.free_hist.items()}
-            self._pristine = False
-        cluster = self.snap.cluster
-        accel = cluster.nodes[node].accelerator
-        index = self._domains.get(accel)
-        if index is not None:
-            index.take(cluster.domain_of[node], amount)
-        hist, hist_long = self._hist.get(accel), self._hist_long.get(accel)
-        free = self.free[node]
-        held = self.reservation.held.get(node, 0) if self.reservation is not None else 0
-        counts = self._blocks.get(accel)  # keep the worker-slot counts exact
-        if counts is not None:
-            for per, count in counts.items():
-                counts[per] = count + (free - amount) // per - free // per
-        counts = self._blocks_long.get(accel)
-        if counts is not None:  # long jobs: only what is not held counts
+        self._pristine = False
+        accel = self.snap.cluster.accelerator_of[node]
+        hist_long, counts = self._hist_long.get(accel), self._blocks_long.get(accel)
+        if hist_long is not None or counts is not None:  # long jobs: what is not held
+            free = self.free[node]
+            held = self.reservation.held.get(node, 0) if self.reservation is not None else 0
             beside = free - held
-            for per, count in counts.items():
-                counts[per] = count + max(0, beside - amount) // per - max(0, beside) // per
-        if hist is not None:
-            hist[free] -= 1
-            hist[free - amount] += 1
-        if hist_long is not None:
-            hist_long[max(0, free - held)] -= 1
-            hist_long[max(0, free - amount - held)] += 1
-        self.free[node] = free - amount
+            if counts is not None:
+                for per, count in counts.items():
+                    counts[per] = count + max(0, beside - amount) // per - max(0, beside) // per
+            if hist_long is not None:
+                hist_long[max(0, beside)] -= 1
+                hist_long[max(0, beside - amount)] += 1
+        self.map.take(node, amount)
 
     # -- outcomes ----------------------------------------------------------------------------
 
@@ -430,30 +404,3 @@ def _placement_key(job: Job, long: bool, after: bool) -> tuple:
     """What placement reads of a job, its resources (a tuple: hashed in C), and where."""
     r = job.resources
     return (job.shape, r.workers, r.exclusive, long, after)
-
-
-def _copy_counts(counts: dict[str, dict[int, int]]) -> dict[str, dict[int, int]]:
-    return {accelerator: dict(inner) for accelerator, inner in counts.items()}
-
-
-class DomainIndex:
-    """A type's domains ordered by free accelerators of it, (free, domain) ascending, so
-    placement visits first the domains a slice fits in, best first. A plain sorted list: a
-    few to a few hundred domains, copied with every what-if probe."""
-
-    def __init__(self, free: dict[str, int], order: list[tuple[int, str]] | None = None):
-        self.free = free
-        self.order = sorted((n, d) for d, n in free.items()) if order is None else order
-
-    def copy(self) -> DomainIndex:
-        return DomainIndex(dict(self.free), list(self.order))
-
-    def take(self, domain: str, amount: int) -> None:
-        total = self.free[domain]
-        del self.order[bisect_left(self.order, (total, domain))]
-        insort(self.order, (total - amount, domain))
-        self.free[domain] = total - amount
-
-    def at_least(self, size: int) -> list[tuple[int, str]]:
-        """(free, domain) of the domains with at least `size` free, fewest free first."""
-        return self.order[bisect_left(self.order, (size, "")) :]

@@ -206,7 +206,7 @@ def nothing_fits(snap: Snapshot) -> bool:
     (Then no job can start: a fit is the first thing a start needs.)"""
     if snap.terminating:
         return False
-    slots = snap.slots
+    slots = snap.map.slots
     for (accelerator, per_worker), workers in snap.pending.summary_all().fewest_workers.items():
         counts = slots.get(accelerator)
         found = None if counts is None else counts.get(per_worker)

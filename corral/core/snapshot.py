@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from operator import mul
 from types import MappingProxyType
 
 from corral.core import memos
+from corral.core.freemap import FreeMap
 from corral.core.memos import SnapshotMemos
 from corral.core.model import Job, Running
 from corral.core.pending import PendingQueue, QueueKey
@@ -147,19 +147,11 @@ class Snapshot:
         self.quota = quota
         self.now = 0.0
         n = len(self.cluster.nodes)
-        self.free: list[int] = [node.count for node in self.cluster.nodes]
+        # What is free where, with its worker-slot counts for every size a pending job has
+        # asked for: a cycle starts with them instead of counting them again.
+        self.map = FreeMap.empty(self.cluster)
+        self.free = self.map.free  # (the map's own list, read often)
         self.node_jobs: list[int] = [0] * n  # running workers on each node
-        # accelerator -> [number of nodes with k free for k in 0..largest node]: lets a cycle
-        # tell at once whether a shape can fit anywhere.
-        self.free_hist: dict[str, list[int]] = {}
-        for accel, size in self.cluster.largest_node.items():
-            self.free_hist[accel] = [0] * (size + 1)
-        for node in self.cluster.nodes:
-            self.free_hist[node.accelerator][node.count] += 1
-        # accelerator -> per_worker -> free worker slots of that size, for every size a pending
-        # job has asked for: a cycle starts with them instead of counting them again. (Nested,
-        # not keyed by tuples: a string's hash is kept, a tuple's is computed on every lookup.)
-        self.slots: dict[str, dict[int, int]] = {}
         self.terminating: dict[str, Running] = {}
         # Pending jobs that preempted others and have not started yet: each keeps first pick of
         # what its victims free (decide._keep_room), until it starts or leaves the queue.
@@ -227,9 +219,7 @@ class Snapshot:
             raise ValueError(f"job {job.id} is already running")
         self.pending.add(job)
         self._touch(job.project)
-        counts = self.slots.get(job.accelerator)
-        if counts is None or job.per_worker not in counts:
-            self._count_slots(job.accelerator, job.per_worker)
+        self.map.slots_of(job.accelerator, job.per_worker)
 
     def withdraw(self, job_id: str) -> Job:
         """Take a job out of the queue (cancelled, or about to start)."""
@@ -398,27 +388,10 @@ class Snapshot:
         self.terminating[job_id] = run
 
     def _change_free(self, node: int, amount: int) -> None:
-        accel = self.cluster.accelerator_of[node]
-        hist = self.free_hist[accel]
-        before = self.free[node]
-        after = self.free[node] = before + amount
-        hist[before] -= 1
-        hist[after] += 1
+        self.map.take(node, -amount)
         plan = self.memos.plan
         if plan is not None:
             plan.touched.add(node)
-        counts = self.slots.get(accel)
-        if counts is not None:
-            for per, count in counts.items():
-                counts[per] = count + after // per - before // per
-
-    def _count_slots(self, accelerator: str, per_worker: int) -> None:
-        weights = self.cluster.block_weights(accelerator, per_worker)
-        hist = self.free_hist.get(accelerator, [0])
-        counts = self.slots.get(accelerator)
-        if counts is None:
-            counts = self.slots[accelerator] = {}
-        counts[per_worker] = sum(map(mul, hist, weights))
 
     # -- reads -------------------------------------------------------------------------------
 

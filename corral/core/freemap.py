@@ -1,0 +1,124 @@
+"""What is free where: the one capacity model. `FreeMap` owns the free accelerators of each
+node and every index derived from them, kept exact by `take`; the snapshot keeps one, and a
+cycle, each of its what-if probes and its view after the stopping jobs are gone (`Cycle.probe`,
+`Cycle.after_release`) work on copies (`copy`). What a reservation holds for long jobs is a
+view the cycle keeps on top (`Cycle.histogram`, `Cycle.blocks` with `long`)."""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from corral.core.snapshot import Cluster
+
+
+class FreeMap:
+    def __init__(
+        self,
+        cluster: Cluster,
+        free: list[int],
+        hist: dict[str, list[int]],
+        slots: dict[str, dict[int, int]],
+        domains: dict[str, DomainIndex],
+    ) -> None:
+        self.cluster = cluster
+        self.free = free  # node -> free accelerators
+        # accelerator -> [nodes with k free for k in 0..largest node]: whether a shape can
+        # fit anywhere, at once.
+        self.hist = hist
+        # accelerator -> per_worker -> free worker slots of that size, for the sizes asked
+        # (`slots_of`). (Nested, not keyed by tuples: a string's hash is kept, a tuple's is
+        # computed on every lookup.)
+        self.slots = slots
+        self.domains = domains  # accelerator -> its domains by free accelerators, once asked
+
+    @classmethod
+    def empty(cls, cluster: Cluster) -> FreeMap:
+        """Every node's accelerators free."""
+        hist = {accel: [0] * (size + 1) for accel, size in cluster.largest_node.items()}
+        for node in cluster.nodes:
+            hist[node.accelerator][node.count] += 1
+        return cls(cluster, [node.count for node in cluster.nodes], hist, {}, {})
+
+    def copy(self) -> FreeMap:
+        return FreeMap(
+            self.cluster,
+            self.free.copy(),
+            {accel: list(hist) for accel, hist in self.hist.items()},
+            {accel: dict(counts) for accel, counts in self.slots.items()},
+            {accel: index.copy() for accel, index in self.domains.items()},
+        )
+
+    def take(self, node: int, amount: int) -> None:
+        """Move `amount` accelerators of a node from free to used (negative: back)."""
+        cluster = self.cluster
+        accel = cluster.accelerator_of[node]
+        before = self.free[node]
+        after = self.free[node] = before - amount
+        hist = self.hist[accel]
+        hist[before] -= 1
+        hist[after] += 1
+        counts = self.slots.get(accel)
+        if counts is not None:
+            for per, count in counts.items():
+                counts[per] = count + after // per - before // per
+        index = self.domains.get(accel)
+        if index is not None:
+            index.take(cluster.domain_of[node], amount)
+
+    def slots_of(self, accelerator: str, per_worker: int) -> int:
+        """Free worker slots of a size, counted the first time, then kept by `take`."""
+        counts = self.slots.get(accelerator)
+        if counts is None:
+            counts = self.slots[accelerator] = {}
+        found = counts.get(per_worker)
+        if found is None:
+            hist = self.hist.get(accelerator, [0])
+            found = counts[per_worker] = count_slots(self.cluster, hist, accelerator, per_worker)
+        return found
+
+    def domains_by_free(self, accelerator: str) -> DomainIndex:
+        """The domains holding the type, by free accelerators of it (built when first asked,
+        then kept by `take`)."""
+        index = self.domains.get(accelerator)
+        if index is None:
+            index = self.domains[accelerator] = DomainIndex(self.domain_totals(accelerator))
+        return index
+
+    def domain_totals(self, accelerator: str) -> dict[str, int]:
+        typed = self.cluster.typed_domains.get(accelerator, {})
+        free = self.free
+        return {d: sum(free[i] for i in nodes) for d, nodes in typed.items()}
+
+
+def count_slots(cluster: Cluster, hist: list[int], accelerator: str, per_worker: int) -> int:
+    """Worker slots of a size in the nodes a free histogram counts."""
+    weights = cluster.block_weights(accelerator, per_worker)
+    found = 0
+    for k in range(len(hist)):  # (a typed loop: compiled to native int arithmetic)
+        found += hist[k] * weights[k]
+    return found
+
+
+class DomainIndex:
+    """A type's domains ordered by free accelerators of it, (free, domain) ascending, so
+    placement visits first the domains a slice fits in, best first. A plain sorted list: a
+    few to a few hundred domains, copied with every what-if probe."""
+
+    def __init__(self, free: dict[str, int], order: list[tuple[int, str]] | None = None):
+        self.free = free
+        self.order = sorted((n, d) for d, n in free.items()) if order is None else order
+
+    def copy(self) -> DomainIndex:
+        return DomainIndex(dict(self.free), list(self.order))
+
+    def take(self, domain: str, amount: int) -> None:
+        total = self.free[domain]
+        del self.order[bisect_left(self.order, (total, domain))]
+        insort(self.order, (total - amount, domain))
+        self.free[domain] = total - amount
+
+    def at_least(self, size: int) -> list[tuple[int, str]]:
+        """(free, domain) of the domains with at least `size` free, fewest free first."""
+        return self.order[bisect_left(self.order, (size, "")) :]
