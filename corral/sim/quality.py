@@ -239,7 +239,7 @@ class _LogReplay:
             accel = job.accelerator
             if accel in fitting or capacity.get(accel, 0) - snap.in_use.get(accel, 0) < job.demand:
                 continue
-            if snap.slots.get(accel, {}).get(job.per_worker, 0) < job.gang:
+            if snap.map.slots.get(accel, {}).get(job.per_worker, 0) < job.gang:
                 continue  # too few free worker slots of its size: a quick no
             cycle = cycle or Cycle(snap)
             if cycle.may_fit(job, False) and place(cycle, job, False) is not None:
