@@ -860,6 +860,13 @@ def test_rule11_limit_reason_and_every_pending_job_has_one():
             continue
         reason = d.reason(j)
         assert reason.code in codes and len(reason.message) > 10, (j.id, reason)
+    # The decision is a plain value: every pending job's reason is in it, and stays what the
+    # cycle decided once the snapshot moves on (here: every running job ends).
+    assert set(d.reasons) | started == set(snap.pending.jobs)
+    kept = dict(d.reasons)
+    for job_id in list(snap.running):
+        snap.stop(job_id)
+    assert d.reasons == kept and d.reason(snap.pending.jobs["b1"]).code == "limit"
 
 
 # --- rule 12: determinism -------------------------------------------------------------------
