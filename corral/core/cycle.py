@@ -1,9 +1,9 @@
 """One scheduling cycle's scratch state: a copy-on-write overlay of the snapshot.
 
 Admissions and preemptions chosen earlier in the cycle must be visible to later choices, but
-the snapshot itself stays untouched (`decide` is pure). The overlay also keeps the cheap
-indexes (per-type histograms of free accelerators per node) that let a cycle skip jobs that
-cannot possibly fit without walking the nodes.
+the snapshot itself stays untouched (`decide` is pure). The overlay works on its own copy of
+the snapshot's `FreeMap`, whose cheap indexes (per-type histograms, worker-slot counts) let a
+cycle skip jobs that cannot possibly fit without walking the nodes.
 """
 
 from __future__ import annotations
