@@ -107,7 +107,7 @@ def _giver_of(giver: _Giver | None) -> tuple | None:
 
 def _kept_givers(snap: Snapshot, accel: str) -> dict[str, _Giver | None]:
     """project -> `_giver` at the snapshot's state, for the projects asked about since their
-    jobs last changed (see Snapshot.touched_projects)."""
+    jobs last changed (see memos.Touched)."""
     memo = _kept(snap)
     touched = memo.touched.take()
     if touched is None:
