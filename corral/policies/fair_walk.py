@@ -95,6 +95,9 @@ class _Answers:
         if part is None:
             part = self.fair._key_head(self.cycle, project, head.accelerator, head.demand)
             self.heads[which] = part
+        elif memos.CHECKING:
+            again = self.fair._key_head(self.cycle, project, head.accelerator, head.demand)
+            memos.same("fair key", part, again)
         return (part[0], part[1], head.submit_time, project)
 
     def may_progress(self, project: str) -> bool:
@@ -109,22 +112,30 @@ class _Answers:
     # Each answer below is memoised in its own table (inline: these run per popped job).
 
     def may_fit(self, project: str) -> bool:
+        if memos.CHECKING:
+            memos.same("fair any fit", self.any_fit, self.cycle.may_fit_any())
         if not self.any_fit:
             return False
         if self.fitting is None:
             self.fitting = self.cycle.projects_may_fit()
+        elif memos.CHECKING:
+            memos.same("fair fitting", self.fitting, self.cycle.projects_may_fit())
         return project in self.fitting
 
     def may_reclaim(self, project: str) -> bool:
         found = self.reclaims.get(project)
         if found is None:
             found = self.reclaims[project] = self.fair._may_reclaim(self.cycle, project)
+        elif memos.CHECKING:
+            memos.same("fair may_reclaim", found, self.fair._may_reclaim(self.cycle, project))
         return found
 
     def may_outrank(self, project: str) -> bool:
         found = self.outranks.get(project)
         if found is None:
             found = self.outranks[project] = self.fair._may_outrank(self.cycle.snap, project)
+        elif memos.CHECKING:
+            memos.same("fair may_outrank", found, self.fair._may_outrank(self.cycle.snap, project))
         return found
 
     def within_guarantee(self, job: Job) -> bool:

@@ -134,6 +134,8 @@ class RankPolicy(Policy):
         releasing = len(cycle.releasing)
         judged = hopeless.get(shape)
         if judged is not None and judged[0] == releasing and rank >= judged[1]:
+            if memos.CHECKING:
+                memos.same("hopeless shape", False, cycle.after_release().may_fit(job, False))
             return True  # and failed[shape] is already no worse than rank
         if cycle.after_release().may_fit(job, long=False):
             return False
