@@ -11,7 +11,7 @@ its own project. The first blocked job within its guarantee holds a reservation.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from heapq import heapify, heappop, heappushpop
 from itertools import takewhile
 from typing import ClassVar
@@ -29,7 +29,6 @@ from corral.core.preempt import (
     find_victims,
     free_room_counter,
 )
-from corral.core.queues import SortedQueue
 from corral.core.reserve import outlasts
 from corral.core.snapshot import Snapshot, share_ratio, within
 from corral.formats.types import SchedulerConfig
@@ -41,6 +40,7 @@ from corral.policies.fair_memos import (
     _memo,
     _outrank_failed,
     _reclaim_failed,
+    freed_by,
 )
 from corral.policies.fair_walk import (
     ACT,
@@ -49,6 +49,7 @@ from corral.policies.fair_walk import (
     _Answers,
     _ProjectQueue,
     _UserQueue,
+    queue_of,
 )
 
 INF = float("inf")
@@ -95,8 +96,8 @@ class Fair(Policy):
         queues: dict[str, _UserQueue | _ProjectQueue] = {}
         heap = []
         by_user = cycle.snap.pending.by_user
-        for project in self._candidates(cycle, within, answers):  # (the heap sets the order)
-            queue = queues[project] = self._queue_of(cycle, project, by_user[project])
+        for project in answers.candidates(within):  # (the heap sets the order)
+            queue = queues[project] = queue_of(cycle, project, by_user[project], self.jumps)
             heap.append(answers.key(project, queue.peek()))  # type: ignore[arg-type]
         heapify(heap)
         top = heappop(heap) if heap else None
@@ -132,21 +133,6 @@ class Fair(Policy):
                 top = heappop(heap) if heap else None
             if top is not None and top[-1] != project:
                 passed = 0
-
-    def _queue_of(
-        self, cycle: Cycle, project: str, users: dict[str, SortedQueue[Job]]
-    ) -> _UserQueue | _ProjectQueue:
-        pending = cycle.snap.pending
-        if len(users) > 1:
-            return _ProjectQueue(users)
-        # One user: no round-robin, its queue is already in order. With one priority and the
-        # default queue key, each shape's jobs are in submit order: a walk may jump over them.
-        for user, jobs in users.items():  # (the only one: a loop reads it without a copy)
-            shapes = None
-            if len(pending.priorities[project]) == 1 and self.jumps:
-                shapes = pending.by_user_shape[(project, user)]
-            return _UserQueue(jobs, shapes)
-        raise ValueError(f"project {project} has no pending job")
 
     def _next_stop(
         self,
@@ -218,17 +204,6 @@ class Fair(Policy):
             or bool(cycle.snap.pending.bounded.get(job.project))
             or cycle.may_fit(job, long=True)
         )
-
-    def _candidates(self, cycle: Cycle, within: bool, answers: _Answers) -> Iterable[str]:
-        """The projects whose jobs may do anything in this pass. (What they may do only shrinks
-        as the pass goes on, so a project left out now would be skipped later anyway.) First
-        pass: those with room within their guarantee (no reserver is chosen yet); second:
-        those whose jobs may start or outrank."""
-        if within:
-            return cycle.snap.projects_with_room()
-        if not answers.any_fit and not answers.outranking:
-            return ()
-        return [p for p in cycle.snap.pending.by_user if answers.may_progress(p)]
 
     def _key_head(self, cycle: Cycle, project: str, accel: str, demand: int) -> tuple:
         """The part of a project's key that its head job's type and demand set: rule 3.
@@ -488,19 +463,13 @@ class Fair(Policy):
         if found is not None and found[0] is runs and found[1] == read:
             amounts = found[2]
             if memos.CHECKING:
-                memos.same("fair released " + giver.project, amounts, self._freed(cycle, giver))
+                memos.same(
+                    "fair released " + giver.project, amounts, freed_by(self._given(cycle, giver))
+                )
         else:
-            amounts = self._freed(cycle, giver)
+            amounts = freed_by(self._given(cycle, giver))
             released[which] = (runs, read, amounts)
         giver.released = amounts
-        return amounts
-
-    def _freed(self, cycle: Cycle, giver: _Giver) -> dict[int, int]:
-        amounts: dict[int, int] = {}
-        for run in self._given(cycle, giver):
-            per = run.job.per_worker
-            for i in run.nodes:
-                amounts[i] = amounts.get(i, 0) + per
         return amounts
 
     def _outranked(self, cycle: Cycle, job: Job) -> list[Running]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import Counter
+from collections.abc import Iterable
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,23 @@ if TYPE_CHECKING:
     from corral.policies.fair import Fair
 
 PASS, STOP, ACT = 0, 1, 2  # what the walk does with a job (_Answers.verdict)
+
+
+def queue_of(
+    cycle: Cycle, project: str, users: dict[str, SortedQueue[Job]], jumps: bool
+) -> _UserQueue | _ProjectQueue:
+    """A project's queue for the walk; `jumps`: the policy's queue key is the default."""
+    pending = cycle.snap.pending
+    if len(users) > 1:
+        return _ProjectQueue(users)
+    # One user: no round-robin, its queue is already in order. With one priority and the
+    # default queue key, each shape's jobs are in submit order: a walk may jump over them.
+    for user, jobs in users.items():  # (the only one: a loop reads it without a copy)
+        shapes = None
+        if len(pending.priorities[project]) == 1 and jumps:
+            shapes = pending.by_user_shape[(project, user)]
+        return _UserQueue(jobs, shapes)
+    raise ValueError(f"project {project} has no pending job")
 
 
 class _ProjectQueue:
@@ -99,6 +117,17 @@ class _Answers:
             again = self.fair._key_head(self.cycle, project, head.accelerator, head.demand)
             memos.same("fair key", part, again)
         return (part[0], part[1], head.submit_time, project)
+
+    def candidates(self, within: bool) -> Iterable[str]:
+        """The projects whose jobs may do anything in this pass. (What they may do only shrinks
+        as the pass goes on, so a project left out now would be skipped later anyway.) First
+        pass: those with room within their guarantee (no reserver is chosen yet); second:
+        those whose jobs may start or outrank."""
+        if within:
+            return self.cycle.snap.projects_with_room()
+        if not self.any_fit and not self.outranking:
+            return ()
+        return [p for p in self.cycle.snap.pending.by_user if self.may_progress(p)]
 
     def may_progress(self, project: str) -> bool:
         """Might any job of the project start, reclaim or outrank now? (Not memoised itself:
