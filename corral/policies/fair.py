@@ -69,7 +69,7 @@ class Fair(Policy):
     def __init__(self, config: SchedulerConfig | None = None):
         super().__init__(config)
         # Whether the walk may ask may_reserve once per project and size (a subclass's own is
-        # asked per job), and jump over a user's jobs (see _queue_of): asked once, not per queue.
+        # asked per job), and jump over a user's jobs (see queue_of): asked once, not per queue.
         self.own_reserve = self.runs_own(Fair, "may_reserve")
         self.jumps = self.queue_key_is_default()
 

@@ -215,7 +215,7 @@ class _Answers:
 class _UserQueue:
     """A project's pending jobs when they all belong to one user: that user's queue, read in
     place by position (the queue does not change during a cycle), and the same by shape when
-    a walk may jump over some (see Fair._queue_of)."""
+    a walk may jump over some (see queue_of)."""
 
     def __init__(self, queue: SortedQueue, shapes: dict[Shape, SortedQueue] | None):
         self.items, self.keys, self.shapes = queue.items, queue.keys, shapes
