@@ -45,6 +45,7 @@ def test_borrower_is_preempted_by_the_owner_and_resumes(server, tmp_path):
         "submit", "--name", "borrower", "--workers", "2", "--", borrower_cmd, token=bob
     ).stdout.strip()
     server.wait(borrower, "running")  # nlp now holds 4 gpu, 2 beyond its guarantee
+    time.sleep(1.2)  # past its first second, when no attempt is preempted
 
     owner = server.cli("submit", "--per-worker", "2", "--", "sleep 1", token=alice).stdout
     owner = owner.strip()

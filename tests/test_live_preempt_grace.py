@@ -4,6 +4,8 @@ project's job, ahead of the preemptor in the order, must not take what the first
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 pytestmark = pytest.mark.live
@@ -49,6 +51,7 @@ def test_another_projects_job_does_not_take_what_a_victim_freed_for_the_preempto
         job = server.cli("submit", "--per-worker", "2", "--", cmd, token=bob).stdout.strip()
         server.wait(job, "running")
         nlp.append(job)
+    time.sleep(1.2)  # past their first second, when no attempt is preempted
     p = server.cli("submit", "--per-worker", "4", "--", "sleep 1", token=alice).stdout.strip()
     server.wait(nlp[3], lambda j: j["state"] != "running", what="preempted")
     # ops (0 of its 2: first in bastion order) asks for 1 GPU while n3 is still stopping.
@@ -56,6 +59,6 @@ def test_another_projects_job_does_not_take_what_a_victim_freed_for_the_preempto
     server.wait(p, ("running", "succeeded"), timeout=30)
     server.wait(x, ("running", "succeeded"), timeout=30)
     assert _first(server, x, "start") >= _first(server, p, "start")
-    assert server.job(nlp[2])["preemptions"] == 1
+    assert _first(server, nlp[2], "preempt") <= _first(server, p, "start")  # n3 was a victim
     for job in nlp:
         server.cli("cancel", job, token=bob, check=False)
