@@ -1,0 +1,79 @@
+"""The researcher's command as a whole: `corral simulate --trace ... --out DIR` (load the trace,
+replay, write events, per-job CSV, summaries and plots), timed from outside like `time`.
+
+    python bench/bench_simulate_out.py [TRACE] [--cluster 64x8:v100] [--repeat 3]
+                                       [--policy fair --policy fair,fifo,las,srtf]
+
+TRACE defaults to shared/traces/philly/philly.csv next to the repository (or a folder
+above). Per policy list it runs the real `corral` command in a subprocess `--repeat` times
+into a fresh directory and prints the fastest wall-clock time, its CPU time (user + system,
+children included: plots drawn aside and parallel policies count), jobs per second of
+wall-clock time (jobs x policies / wall) and the engine's own time from the summaries. The
+first line says whether the core runs compiled. It prints figures; it is not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from corral.core import cycle
+
+REPO = Path(__file__).resolve().parent.parent
+# shared/ next to the repository, or next to a folder above it (a worktree in a subfolder)
+DEFAULT_TRACE = next(
+    (d / "shared/traces/philly/philly.csv" for d in REPO.parents if (d / "shared").is_dir()),
+    REPO.parent / "shared/traces/philly/philly.csv",
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    compiled = not cycle.__file__.endswith(".py")
+    print("core: " + ("compiled with mypyc" if compiled else "plain Python (not compiled)"))
+    for policies in args.policy or ["fair", "fair,fifo,las,srtf"]:
+        best = min((run_once(args, policies) for _ in range(args.repeat)), key=lambda r: r[0])
+        wall, cpu, summaries = best
+        jobs = sum(s["jobs"] for s in summaries.values())
+        engine = ", ".join(f"{p} {s['sim_wall_s']:.2f} s" for p, s in summaries.items())
+        print(f"\n== --policy {policies}")
+        print(f"   wall             {wall:.2f} s (best of {args.repeat})")
+        print(f"   CPU              {cpu:.2f} s (user + system, with children)")
+        print(f"   jobs/s           {jobs / wall:,.0f} (jobs x policies / wall)")
+        print(f"   engine           {engine}")
+    return 0
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("trace", nargs="?", type=Path, default=DEFAULT_TRACE.resolve())
+    p.add_argument("--cluster", default="64x8:v100")
+    p.add_argument("--policy", action="append", help="a --policy value; repeat for several")
+    p.add_argument("--repeat", type=int, default=3)
+    return p.parse_args(argv)
+
+
+def run_once(args: argparse.Namespace, policies: str) -> tuple[float, float, dict]:
+    """(wall seconds, CPU seconds, policy -> summary) of one run of the command."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "out"
+        cmd = [sys.executable, "-c", "from corral.cli import main; main()", "simulate"]
+        cmd += ["--trace", str(args.trace), "--cluster", args.cluster, "--policy", policies]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        began = time.perf_counter()
+        subprocess.run([*cmd, "--out", str(out)], check=True, stdout=subprocess.DEVNULL)
+        wall = time.perf_counter() - began
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        summaries = json.loads((out / "comparison.json").read_text())
+    return wall, cpu, summaries
+
+
+if __name__ == "__main__":
+    sys.exit(main())
