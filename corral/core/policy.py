@@ -37,7 +37,6 @@ class Policy:
         self.protection = Protection(
             self.config.preempt_min_runtime, self.config.project_min_runtime
         )
-        self.min_runtime = self.protection  # (its former name: what callers give `eligible`)
         self.preempts = self.preemptive or not self.is_default("victims")
         self.shortcuts = Shortcuts(type(self))
 

@@ -1,18 +1,24 @@
 """Accounting (`corral acct`, `GET /v1/acct`), Slurm's sacct/sreport for corral: per project,
 user and accelerator type, and optionally per day or week, the accelerator-hours used, the
-jobs submitted and ended, the wait to a first start, and the preemptions, all read from the
-store, so they cover the control plane's whole history, across restarts.
+jobs submitted and ended, the wait, and the preemptions, all read from the store, so they
+cover the control plane's whole history, across restarts.
+
+The wait is all the time a job was pending, as the simulator counts it (corral/sim/metrics.py):
+from submission to its first start, and from the end of each attempt that sent it back to the
+queue (a preemption, a restart after a failure) to the next start. The mean is over the jobs
+that started.
 
 Each figure is counted in the window (and period) where it happened: a run's hours are split
 at the window's and the periods' edges; a job counts as submitted where it was submitted,
-as ended where it ended, its wait where it first started, a preemption where it was decided.
+as ended where it ended, as started where it first started, each pending spell where it
+ended (a start, or the job's end while pending), a preemption where it was decided.
 Days and weeks (ISO, Monday first) are the control plane's local calendar.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 
@@ -32,8 +38,8 @@ class AcctRow:
     succeeded: int = 0
     failed: int = 0
     cancelled: int = 0
-    started: int = 0  # first starts, over which the wait is counted
-    wait_seconds: float = 0.0  # submission to first start, summed
+    started: int = 0  # first starts: the jobs the mean wait is over
+    wait_seconds: float = 0.0  # pending spells (see pending_spells), summed
     preemptions: int = 0
 
     @property
@@ -67,6 +73,26 @@ def _pieces(begin: float, end: float, by: str) -> Iterator[tuple[str, float]]:
         edge = min(end, (start + step).timestamp())  # DST days are 23 or 25 hours: fine
         yield _label(start, by), edge - begin
         begin, start = edge, start + step
+
+
+def pending_spells(
+    submitted: float, runs: Sequence[tuple[float, float | None]], ended: float | None
+) -> Iterator[tuple[float, float]]:
+    """(when it ended, seconds) of each spell a job spent pending, given its attempts' (start,
+    end) in order and when the job ended (None: not yet): submission to the first start, each
+    attempt's end to the next start, and the last attempt's end to the job's end when it ended
+    pending (cancelled in the queue). Only for a job that started: as in the simulator, a job
+    that never ran has no wait. A spell still open is not over and not counted."""
+    if not runs:
+        return
+    began = submitted
+    for start, end in runs:
+        yield start, max(0.0, start - began)
+        if end is None:
+            return
+        began = end
+    if ended is not None:
+        yield ended, max(0.0, ended - began)
 
 
 def _period(t: float, by: str) -> str:
@@ -105,10 +131,12 @@ def account(
         if j.state in FINAL_STATES and j.finished_at is not None and since <= j.finished_at < until:
             r = row(j.finished_at, j.project, j.user, j.accelerator)
             setattr(r, j.state, getattr(r, j.state) + 1)
-        if j.first_start is not None and since <= j.first_start < until:
-            r = row(j.first_start, j.project, j.user, j.accelerator)
-            r.started += 1
-            r.wait_seconds += j.first_start - j.submitted_at
+        if j.runs and since <= j.runs[0][0] < until:
+            row(j.runs[0][0], j.project, j.user, j.accelerator).started += 1
+        ended = j.finished_at if j.state in FINAL_STATES else None
+        for t, seconds in pending_spells(j.submitted_at, j.runs, ended):
+            if since <= t < until:
+                row(t, j.project, j.user, j.accelerator).wait_seconds += seconds
     for p in store.acct_preemptions(since, until, projects, user):
         row(p.t, p.project, p.user, p.accelerator).preemptions += 1
     for r in rows.values():

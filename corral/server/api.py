@@ -564,8 +564,9 @@ def create_app(cp: ControlPlane) -> FastAPI:
         tags=["queue"],
         responses=_ERRORS,
         description="Accounting (docs/live.md): per project, user and accelerator type, and per "
-        "day or week with `by`, accelerator-hours, jobs submitted and ended, wait to a first "
-        "start and preemptions in [since, until). Users see their projects; admins all.",
+        "day or week with `by`, accelerator-hours, jobs submitted and ended, wait (all time "
+        "pending: before the first start and after each preemption or restart) and "
+        "preemptions in [since, until). Users see their projects; admins all.",
     )
     def acct(
         user: User,

@@ -263,7 +263,7 @@ class AcctJob:
     state: str
     submitted_at: float
     finished_at: float | None
-    first_start: float | None
+    runs: tuple[tuple[float, float | None], ...]  # its attempts' (start, end), in order
 
 
 @dataclass(frozen=True, slots=True)
@@ -717,14 +717,15 @@ class Store:
     def acct_jobs(
         self, since: float, until: float, projects: Sequence[str] | None, user: str | None
     ) -> list[AcctJob]:
-        """Jobs submitted, ended or first started in [since, until)."""
+        """Jobs submitted, ended or started in [since, until), with their attempts' runs."""
         where, args = self._acct_filter(projects, user)
         sql = (
             "SELECT j.project, j.user, j.spec, j.state, j.submitted_at, j.finished_at,"
-            " (SELECT MIN(a.started_at) FROM attempts a WHERE a.job_id = j.id) AS first_start"
+            " (SELECT json_group_array(json_array(a.started_at, a.finished_at))"
+            " FROM attempts a WHERE a.job_id = j.id) AS runs"
             " FROM jobs j WHERE (j.submitted_at >= ? AND j.submitted_at < ?"
             " OR j.finished_at >= ? AND j.finished_at < ?"
-            " OR j.started_at >= ?)" + where  # a first start is never later than the latest
+            " OR j.started_at >= ?)" + where  # any start is no later than the latest
         )
         rows = self._read().execute(sql, [since, until, since, until, since, *args])
         return [
@@ -735,7 +736,7 @@ class Store:
                 r["state"],
                 r["submitted_at"],
                 r["finished_at"],
-                r["first_start"],
+                tuple(sorted(map(tuple, json.loads(r["runs"])), key=lambda run: run[0])),
             )
             for r in rows
         ]

@@ -140,7 +140,7 @@ def _one_victim_lets_in(cycle: Cycle, policy: Policy, job: Job) -> Running | Non
         victim = run.job
         if victim.project == job.project or victim.accelerator != job.accelerator:
             continue
-        if not eligible(cycle, run, policy.min_runtime):
+        if not eligible(cycle, run, policy.protection):
             continue
         held = cycle.held(victim.project, victim.accelerator)
         if held - victim.demand < snap.guarantee_of(victim.project, victim.accelerator) - SLACK:
