@@ -15,6 +15,8 @@ from corral.cli.simulate import parse_rate, parse_window
 from corral.formats.types import FormatError
 from corral.sim.run import per_policy_path
 
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 EVENTS = {"submit", "start", "preempt", "finish", "fail", "reject", "cancel"}
 
@@ -150,6 +152,54 @@ def test_trace_two_policies_out_dir(tmp_path: Path) -> None:
     assert_same_outputs(out, again)
     bad = corral(*args, "--processes", "0")
     assert bad.returncode != 0 and "--processes: must be >= 1" in bad.stderr
+
+
+def test_comparison_has_the_per_project_figures(tmp_path: Path) -> None:
+    """OUT/per_project.csv has every policy's per-project figures: its mean wait equals a
+    recount from that policy's events.jsonl (all time pending, after preemptions too), the
+    rest the summaries; the printed comparison has a row per project; starved.png is drawn.
+    The scenario has preemptions (fair, las) and starved projects (fifo, las)."""
+    out = tmp_path / "out"
+    scenario = EXAMPLES / "bastion-borrow.yaml"
+    table = ok(corral(scenario, "--policy", "fair,fifo,las", "--out", out)).stdout
+    comparison = json.loads((out / "comparison.json").read_text())
+    assert comparison["fair"]["preemptions"] > 0 and comparison["fifo"]["starved_time"] > 0
+    assert (out / "starved.png").read_bytes().startswith(PNG_MAGIC)
+    with open(out / "per_project.csv", newline="") as f:
+        lines = list(csv.DictReader(f))
+    projects = sorted(comparison["fair"]["per_project"])
+    assert [(r["policy"], r["project"]) for r in lines] == [
+        (policy, p) for policy in comparison for p in projects
+    ]
+    assert "Per project" in table
+    assert all(p in table for p in projects)
+    for r in lines:
+        figures = comparison[r["policy"]]["per_project"][r["project"]]
+        for key in ("starved_time", "starved_longest", "jct_mean"):
+            assert float(r[key]) == pytest.approx(figures[key]), (r["policy"], key)
+    for policy in comparison:
+        waits = recount_waits(out / policy / "events.jsonl")
+        csv_waits = {r["project"]: float(r["wait_mean"]) for r in lines if r["policy"] == policy}
+        assert csv_waits == pytest.approx(waits), policy
+
+
+def recount_waits(events_path: Path) -> dict[str, float]:
+    """project -> mean over its started jobs of the time each spent pending."""
+    since: dict[str, float] = {}  # job -> pending since
+    waited: dict[str, float] = {}
+    project: dict[str, str] = {}
+    for line in events_path.read_text().splitlines():
+        e = json.loads(line)
+        job, t = e["job"], e["t"]
+        project[job] = e["project"]
+        if e["event"] in ("submit", "preempt"):
+            since[job] = t
+        elif job in since:  # a start, or an end while pending
+            waited[job] = waited.get(job, 0.0) + t - since.pop(job)
+    by_project: dict[str, list[float]] = {}
+    for job, seconds in waited.items():
+        by_project.setdefault(project[job], []).append(seconds)
+    return {p: sum(v) / len(v) for p, v in by_project.items()}
 
 
 def assert_same_outputs(one: Path, other: Path) -> None:

@@ -327,8 +327,9 @@ def _print_report(workload, reports, written: list[Path]) -> None:
     if len(reports) == 1:
         table.title = f"Simulation summary ({reports[0].name})"
     console.print(table)
-    if len(reports) == 1:
-        console.print(_project_table(summaries[0]))
+    console.print(
+        _project_table(summaries[0]) if len(reports) == 1 else _project_comparison(summaries)
+    )
     for path in written:
         console.print(f"[dim]wrote {path}[/]")
 
@@ -362,4 +363,24 @@ def _project_table(summary: dict[str, Any]) -> Table:
             fmt_seconds(p["starved_time"]),
             fmt_seconds(p["starved_longest"]),
         )
+    return table
+
+
+def _project_comparison(summaries: list[dict[str, Any]]) -> Table:
+    """Per project, each policy's mean wait and longest starved spell side by side."""
+    from rich.table import Table
+
+    from corral.sim.metrics import fmt_seconds
+
+    table = Table(title="Per project: mean wait / longest starved spell")
+    table.add_column("project")
+    for s in summaries:
+        table.add_column(s["policy"], justify="right")
+    for project in summaries[0]["per_project"]:
+        cells = (s["per_project"].get(project) for s in summaries)
+        table.add_row(
+            project,
+            *(f"{fmt_seconds(p['wait_mean'])} / {fmt_seconds(p['starved_longest'])}"
+              if p else "-" for p in cells),
+        )  # fmt: skip
     return table

@@ -582,6 +582,21 @@ def write_job_csv(rows: Sequence[JobRow], path: str | Path) -> None:
         out.writerows(rows)  # (the csv module writes None as an empty cell)
 
 
+# Per-project figures side by side (OUT/per_project.csv), in this order; see _per_project.
+PROJECT_FIELDS = ("jobs", "finished", "jct_mean", "wait_mean", "starved_time",
+                  "starved_longest", "accel_seconds", "mean_share", "guarantee_share")  # fmt: skip
+
+
+def write_project_csv(summaries: Mapping[str, Mapping[str, Any]], path: str | Path) -> None:
+    """One line per policy and project with its per-project figures (None: an empty cell)."""
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        out = csv.writer(f)
+        out.writerow(("policy", "project", *PROJECT_FIELDS))
+        for policy, summary in summaries.items():
+            for project, figures in summary["per_project"].items():
+                out.writerow((policy, project, *(figures[k] for k in PROJECT_FIELDS)))
+
+
 def write_summary(summary: Mapping[str, Any], path: str | Path) -> None:
     with open(path, "w", encoding="utf-8") as f:
         json.dump(_plain(summary), f, indent=2)

@@ -237,46 +237,56 @@ def _share_panel(ax, times, name, held, guarantee, total, start, end, unit) -> f
     return max(float(np.max(y)) if len(y) else 0.0, g)
 
 
-# --- starved projects --------------------------------------------------------------------------
+# --- per project: starved and waiting ----------------------------------------------------------
 
 TOP_STARVED = 15
+# (summary key, panel title) of the per-project figures drawn side by side
+_PROJECT_PANELS = (
+    ("starved_time", "starved, in all"),
+    ("starved_longest", "longest starved spell"),
+    ("wait_mean", "mean wait (all time pending)"),
+)
 
 
 def plot_starved(summaries: Mapping[str, Mapping], path: str | Path) -> Path:
-    """Per project, the time it spent starved (pending work, nothing running) and its longest
-    starved spell, one bar per policy: the projects starved longest under any policy."""
-    starved = {
-        policy: {p: (v["starved_time"], v["starved_longest"]) for p, v in s["per_project"].items()}
+    """Per project, one bar per policy: the time it spent starved (pending work, nothing
+    running), its longest starved spell and its jobs' mean wait; the projects starved longest
+    under any policy, then those that waited longest."""
+    figures = {
+        policy: {
+            p: tuple(v[key] or 0.0 for key, _ in _PROJECT_PANELS)
+            for p, v in s["per_project"].items()
+        }
         for policy, s in summaries.items()
     }
-    worst: dict[str, float] = {}  # project -> its longest spell under any policy
-    for by in starved.values():
-        for project, (_, longest) in by.items():
-            worst[project] = max(worst.get(project, 0.0), longest)
-    projects = [p for p in sorted(worst, key=lambda p: (-worst[p], p)) if worst[p] > 0]
-    projects = projects[:TOP_STARVED]
-    height = 0.32 * max(len(projects), 3) * max(len(starved), 1) ** 0.5 + 1.6
-    fig = _figure(10.0, height, left=1.0, right=0.3, top=0.6, bottom=0.95, wspace=0.06)
-    axes = fig.subplots(1, 2, sharey=True)
-    top = max((worst[p] for p in projects), default=0.0)
-    unit, unit_name = _time_unit(top)
-    width = 0.8 / max(len(starved), 1)
+    worst: dict[str, tuple[float, float]] = {}  # project -> (longest spell, mean wait), worst
+    for by in figures.values():
+        for project, (_, longest, wait) in by.items():
+            was = worst.get(project, (0.0, 0.0))
+            worst[project] = (max(was[0], longest), max(was[1], wait))
+    ranked = sorted(worst, key=lambda p: (-worst[p][0], -worst[p][1], p))
+    projects = [p for p in ranked if worst[p] > (0.0, 0.0)][:TOP_STARVED]
+    height = 0.32 * max(len(projects), 3) * max(len(figures), 1) ** 0.5 + 1.6
+    fig = _figure(13.0, height, left=1.0, right=0.3, top=0.6, bottom=0.95, wspace=0.08)
+    axes = fig.subplots(1, len(_PROJECT_PANELS), sharey=True)
+    width = 0.8 / max(len(figures), 1)
     ys = np.arange(len(projects))
-    for ax, (k, what) in zip(
-        axes, ((0, "starved, in all"), (1, "longest starved spell")), strict=True
-    ):
-        for i, (policy, by) in enumerate(starved.items()):
-            values = [by.get(p, (0.0, 0.0))[k] / unit for p in projects]
+    for k, (ax, (_, what)) in enumerate(zip(axes, _PROJECT_PANELS, strict=True)):
+        top = max((by.get(p, (0.0,) * 3)[k] for by in figures.values() for p in projects),
+                  default=0.0)  # fmt: skip
+        unit, unit_name = _time_unit(top)
+        for i, (policy, by) in enumerate(figures.items()):
+            values = [by.get(p, (0.0,) * 3)[k] / unit for p in projects]
             ax.barh(ys + i * width, values, height=width, color=f"C{i % 10}", label=policy)
         ax.set_title(what, fontsize="small")
         ax.set_xlabel(unit_name)
         ax.grid(True, axis="x", alpha=0.3)
-    axes[0].set_yticks(ys + width * (len(starved) - 1) / 2, projects)
+    axes[0].set_yticks(ys + width * (len(figures) - 1) / 2, projects)
     axes[0].invert_yaxis()
     if not projects:
-        axes[0].text(0.5, 0.5, "no project was starved", ha="center", va="center",
+        axes[0].text(0.5, 0.5, "no project was starved or waited", ha="center", va="center",
                      transform=axes[0].transAxes)  # fmt: skip
-    elif starved:
-        fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncols=len(starved))
-    fig.suptitle("Projects with pending work and nothing running, per policy")
+    elif figures:
+        fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncols=len(figures))
+    fig.suptitle("Per project and policy: pending work and nothing running, and the wait")
     return _save(fig, path)

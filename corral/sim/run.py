@@ -46,6 +46,7 @@ from corral.sim.metrics import (
     fmt_seconds,
     infos_from_jobs,
     write_job_csv,
+    write_project_csv,
     write_summary,
 )
 
@@ -480,16 +481,19 @@ def write_run(
 def write_comparison(
     reports: Sequence[Report], out: str | Path, drawer: Drawer | None = None
 ) -> Path:
-    """OUT/jct_cdf.png (every policy on one chart), OUT/starved.png (each project's longest
-    starved spell per policy) and OUT/comparison.json (policy -> summary)."""
+    """OUT/jct_cdf.png (every policy on one chart), OUT/starved.png (per project and policy:
+    time starved, longest starved spell, mean wait), OUT/per_project.csv (the same figures and
+    more, a line per policy and project) and OUT/comparison.json (policy -> summary)."""
     from corral.sim.plots import plot_jct_cdf, plot_starved
 
     drawer = drawer or Drawer()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    summaries = {r.name: r.summary for r in reports}
     drawer.draw(plot_jct_cdf, {r.name: r.jcts for r in reports}, out / "jct_cdf.png")
-    drawer.draw(plot_starved, {r.name: r.summary for r in reports}, out / "starved.png")
-    write_summary({r.name: r.summary for r in reports}, out / "comparison.json")
+    drawer.draw(plot_starved, summaries, out / "starved.png")
+    write_project_csv(summaries, out / "per_project.csv")
+    write_summary(summaries, out / "comparison.json")
     return out
 
 
