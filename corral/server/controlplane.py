@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from corral.core.model import Decision, Job, Preempt, Start
-from corral.core.snapshot import Snapshot
+from corral.core.snapshot import Snapshot, within
 from corral.executors.base import (
     FAILED,
     LOST,
@@ -263,6 +263,9 @@ class ControlPlane:
         # snapshot's queue.
         self.backoff: dict[str, float] = {}
         self._kill_at: dict[str, tuple[int, float]] = {}  # job -> (attempt, monotonic) to kill
+        # Preempted jobs still stopping -> the job each was preempted for (that job keeps first
+        # pick of what they free: _end_first_picks).
+        self.stopping_for: dict[str, str] = {}
         self.decision = Decision()
         self.snap = self.policy.snapshot(inventory.nodes, self.quota)
         self._recover()
@@ -354,6 +357,7 @@ class ControlPlane:
             self._preempt(p, now)
         for s in decision.starts:
             self._unlaunched.append(self._start(s, now))
+        self._end_first_picks()
         self.decision = decision
         self._wake_at = decision.wake_at
         self.last_decide = now
@@ -395,7 +399,7 @@ class ControlPlane:
         quota = self.quota_source.poll()
         if quota is None:
             return False
-        old = self.quota.scheduler
+        old, guarantees = self.quota.scheduler, self._preemptor_guarantees()
         self.quota = quota
         if quota.scheduler != old:
             try:
@@ -406,7 +410,29 @@ class ControlPlane:
             self.snap = self._build_snapshot()
         else:
             self.snap.set_quota(quota)
+        self._first_picks_after_reload(guarantees)
         return True
+
+    def _preemptor_guarantees(self) -> dict[str, float]:
+        """Each preemptor's project's guarantee of its type (before a reload changes it)."""
+        jobs = self.snap.pending.jobs
+        found = (jobs[i] for i in self.snap.preemptors if i in jobs)
+        return {j.id: self.snap.guarantee_of(j.project, j.accelerator) for j in found}
+
+    def _first_picks_after_reload(self, guarantees: dict[str, float]) -> None:
+        """A preemptor keeps its first pick across a reload, unless the new quota shrank its
+        project's guarantee so that the job no longer fits within it: the reclaim it made is
+        no longer owed, and what its victims free goes by the new quota's order."""
+        snap, lost = self.snap, []
+        for job_id, before in guarantees.items():
+            job = snap.pending.jobs.get(job_id)
+            if job is None:
+                continue
+            project, kind = job.project, job.accelerator
+            now = snap.guarantee_of(project, kind)
+            if now < before and not within(snap.held(project, kind), job.demand, now):
+                lost.append(job_id)
+        self._drop_first_picks(lost)
 
     # -- nodes -----------------------------------------------------------------------------------
 
@@ -435,6 +461,8 @@ class ControlPlane:
             self.names[row.name] = row.id
         for att in self.store.live_attempts():
             self.attempts[att.job_id] = att
+            if att.state == "terminating" and att.preemptor:
+                self.stopping_for[att.job_id] = att.preemptor
             self.placed[att.job_id] = self.store.placements(att.job_id, att.attempt)
             self.inventory.claim(self.placed[att.job_id])
         self._requeue_orphans()
@@ -506,6 +534,8 @@ class ControlPlane:
                 continue
             snap.submit(core_job(row))
             if row.state != "running":
+                if row.first_pick:
+                    snap.preemptors.add(row.id)
                 continue
             att = self.attempts[row.id]
             nodes = [p.node for p in self.placed[row.id]]
@@ -711,11 +741,14 @@ class ControlPlane:
         now = time.time()
         message = message or f"cancelled by {who.user} while pending"
         with self.store.tx() as tx:
-            tx.update_job(row.id, state="cancelled", finished_at=now, message=message)
+            tx.update_job(
+                row.id, state="cancelled", finished_at=now, message=message, first_pick=False
+            )
             tx.event(now, "cancel", row.id, row.project, by=who.user, **why)
         if self.backoff.pop(row.id, None) is None:
             self.snap.withdraw(row.id)
         row.state, row.finished_at, row.message = "cancelled", now, message
+        row.first_pick = False
         self._forget(row)
         self.metrics.events.labels("cancel").inc()
 
@@ -777,14 +810,14 @@ class ControlPlane:
         with self.store.tx() as tx:
             if ports is not None:
                 self.interactive.record_ports(tx, row, start.nodes[0], ports)  # type: ignore[union-attr]
-            tx.update_job(row.id, state="running", started_at=now, message="")
+            tx.update_job(row.id, state="running", started_at=now, message="", first_pick=False)
             tx.insert_attempt(row.id, row.attempt, now, port)
             tx.insert_placements(row.id, row.attempt, placed)
             tx.event(
                 now, "start", row.id, row.project, nodes=list(start.nodes), attempt=row.attempt
             )
         self.inventory.claim(placed)
-        row.state, row.started_at, row.message = "running", now, ""
+        row.state, row.started_at, row.message, row.first_pick = "running", now, "", False
         self.attempts[row.id] = AttemptRow(row.id, row.attempt, "launching", None, port, now)
         self.placed[row.id] = placed
         self.metrics.events.labels("start").inc()
@@ -856,15 +889,46 @@ class ControlPlane:
         preemptor = self.live.get(p.preemptor)
         by = f"{p.preemptor} ({preemptor.name})" if preemptor else p.preemptor
         with self.store.tx() as tx:
-            tx.update_attempt(row.id, att.attempt, state="terminating", stop_reason="preempt")
+            tx.update_attempt(
+                row.id,
+                att.attempt,
+                state="terminating",
+                stop_reason="preempt",
+                preemptor=p.preemptor,
+            )
             tx.update_job(row.id, message=f"preempted for {by}: {p.reason}")
             tx.event(now, "preempt", row.id, row.project, reason=p.reason, preemptor=p.preemptor)
-        att.state, att.stop_reason = "terminating", "preempt"
+            if preemptor is not None and not preemptor.first_pick:
+                tx.update_job(preemptor.id, first_pick=True)
+        att.state, att.stop_reason, att.preemptor = "terminating", "preempt", p.preemptor
         row.message = f"preempted for {by}: {p.reason}"
         self.snap.mark_terminating(row.id, p.preemptor)
+        if preemptor is not None:
+            preemptor.first_pick = True
+            self.stopping_for[row.id] = p.preemptor
         self._terminate(row.id, att.attempt)
         self.metrics.events.labels("preempt").inc()
         self.metrics.preempted(row.project, preempt_reason(p.reason, self.quota.scheduler.policy))
+
+    def _end_first_picks(self) -> None:
+        """A preemptor has first pick of what its victims free (DESIGN.md §3.9) while any of
+        them is still stopping, and in the cycle that sees the last one gone (this one, or the
+        first after a restart). From then on it waits in the policy's order like any job: a
+        pick kept longer would let it jump the queue for whatever else frees up later."""
+        stopping = set(self.stopping_for.values())
+        self._drop_first_picks(sorted(self.snap.preemptors - stopping))
+
+    def _drop_first_picks(self, job_ids: Sequence[str]) -> None:
+        if not job_ids:
+            return
+        with self.store.tx() as tx:
+            for job_id in job_ids:
+                tx.update_job(job_id, first_pick=False)
+        for job_id in job_ids:
+            self.snap.preemptors.discard(job_id)
+            row = self.live.get(job_id)
+            if row is not None:
+                row.first_pick = False
 
     # -- exits -----------------------------------------------------------------------------------
 
@@ -961,6 +1025,7 @@ class ControlPlane:
         if job_id in self.snap.running:
             self.snap.stop(job_id)
         self._kill_at.pop(job_id, None)
+        self.stopping_for.pop(job_id, None)
         self.attempts.pop(job_id, None)
         self.inventory.release(self.placed.pop(job_id, []))
 

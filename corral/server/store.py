@@ -128,7 +128,14 @@ CREATE TABLE IF NOT EXISTS ssh_keys (
     PRIMARY KEY (user, key)
 );
 """
-MIGRATIONS: tuple[Migration, ...] = (SCHEMA, INTERACTIVE_SCHEMA)
+# 3: what a preemption holds for its preemptor (DESIGN.md §3.9), kept across a restart: the job
+# each stopped attempt was preempted for, and whether a pending job still has first pick of
+# what its victims free (ControlPlane._end_first_picks says when that ends).
+FIRST_PICK_SCHEMA = """
+ALTER TABLE attempts ADD COLUMN preemptor TEXT;
+ALTER TABLE jobs ADD COLUMN first_pick INTEGER NOT NULL DEFAULT 0;
+"""
+MIGRATIONS: tuple[Migration, ...] = (SCHEMA, INTERACTIVE_SCHEMA, FIRST_PICK_SCHEMA)
 
 
 class SchemaTooNew(RuntimeError):
@@ -197,12 +204,14 @@ class JobRow:
     finished_at: float | None = None
     run_time: float = 0.0
     attained: float = 0.0
+    first_pick: bool = False  # preempted others: first pick of what they free (§3.9)
 
     @classmethod
     def from_sql(cls, row: sqlite3.Row) -> JobRow:
         values = dict(row)
         values["spec"] = spec_from_json(values["spec"])
         values["cancel_requested"] = bool(values["cancel_requested"])
+        values["first_pick"] = bool(values["first_pick"])
         return cls(**values)
 
 
@@ -218,6 +227,7 @@ class AttemptRow:
     exit_code: int | None = None
     worker_codes: list[int | None] | None = None
     message: str = ""
+    preemptor: str | None = None  # the job this attempt was preempted for
 
     @classmethod
     def from_sql(cls, row: sqlite3.Row) -> AttemptRow:
@@ -373,8 +383,9 @@ class Tx:
         )
 
     def update_job(self, job_id: str, **fields: Any) -> None:
-        if "cancel_requested" in fields:
-            fields["cancel_requested"] = int(bool(fields["cancel_requested"]))
+        for flag in ("cancel_requested", "first_pick"):
+            if flag in fields:
+                fields[flag] = int(bool(fields[flag]))
         cols = ", ".join(f"{k} = ?" for k in fields)  # keys come from our code, never a user
         self._cur.execute(f"UPDATE jobs SET {cols} WHERE id = ?", (*fields.values(), job_id))
 
