@@ -3,6 +3,7 @@ every kind of range, the attacks it must refuse, keys, rotation and the checkpoi
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -12,7 +13,8 @@ import fsspec
 import pytest
 
 from corral.crypt import CryptError, IntegrityError, UnknownKeyError, add_key
-from corral.crypt.format import HEADER_SIZE, TAG, Layout
+from corral.crypt.codec import Codec
+from corral.crypt.format import HEADER_SIZE, TAG, Layout, StreamOpener, sealed_whole
 from corral.crypt.fs import EncryptedFileSystem
 from corral.crypt.keys import KeyPolicy, env_keys, load_keyring, parse_bucket_keys
 from corral.crypt.manifest import MANIFEST_NAME, seal_step, verify_step
@@ -269,3 +271,30 @@ def test_manifest_detects_missing_mixed_and_rolled_back_objects(efs, tmp_path):
     os.rename(step / MANIFEST_NAME, moved / MANIFEST_NAME)  # another step's manifest
     with pytest.raises(IntegrityError, match="not this object"):
         verify_step(efs, str(moved))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_decrypting_as_pieces_arrive(keyring, size):
+    """A body decrypted as it arrives (StreamOpener): pieces of any size, a tag split across
+    them, batches of segments; a flipped byte is refused."""
+    codec = Codec.from_keyring(str(keyring))
+    cipher = codec.new_cipher("bucket/obj")
+    data = os.urandom(size)
+    with sealed_whole(cipher, data) as sealed:
+        body = bytes(sealed[HEADER_SIZE:])
+    pieces = itertools.cycle([1, 15, 17, 65521, MIB + 3, 3 * MIB])  # boundaries fall anywhere
+    opener, got, at = StreamOpener(cipher, 0, size), bytearray(), 0
+    for lo in range(0, max(size, 1), 2 * MIB):  # batches of two segments
+        out = bytearray(min(size - lo, 2 * MIB))
+        opener.start(memoryview(out))
+        while not opener.full:
+            chunk = body[at : at + next(pieces)]
+            at += len(chunk) - len(opener.feed(chunk))
+        got += out
+    assert got == data and at == len(body)
+    flipped = bytearray(body)
+    flipped[len(body) // 2] ^= 1
+    opener = StreamOpener(cipher, 0, size)
+    opener.start(memoryview(bytearray(size)))
+    with pytest.raises(IntegrityError, match="fails authentication"):
+        opener.feed(flipped)

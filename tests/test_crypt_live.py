@@ -15,7 +15,7 @@ import httpx
 import pytest
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, ResponseStreamingError
 from crypt_servers import CREDENTIALS, gateway, seaweedfs
 
 from corral.crypt import IntegrityError, add_key
@@ -199,6 +199,48 @@ def test_tamper_truncation_reorder_swap_and_wrong_key_are_refused(servers, gw, r
     planted(stored)
     assert gw.get_object(Bucket=BUCKET, Key="attack/a")["Body"].read() == data
     _refused(s3_client(servers["wrong_gw"]), "attack/a", "CorralKeyError", "wrong key")
+
+
+def test_reads_that_decrypt_as_the_body_arrives_refuse_every_attack(servers, gw, raw):
+    """A whole read through `encrypted::s3://` is one GET decrypted as it arrives, and so is
+    a gateway GET of many batches: what was altered is refused, never returned."""
+    direct = {"endpoint_url": servers["s3"], **_s3fs_credentials()}
+    enc, _ = fsspec.core.url_to_fs(
+        f"encrypted::s3://{BUCKET}", encrypted={"keyring": str(servers["keyring"])}, s3=direct
+    )
+    data = os.urandom(3 * MIB)
+    enc.pipe_file(f"{BUCKET}/stream/a", data)
+    stored = raw.get_object(Bucket=BUCKET, Key="stream/a")["Body"].read()
+    stride = MIB + 16
+
+    def refused(blob: bytes, match: str) -> None:
+        raw.put_object(Bucket=BUCKET, Key="stream/a", Body=blob)
+        with pytest.raises(IntegrityError, match=match):
+            enc.cat_file(f"{BUCKET}/stream/a")
+
+    flipped = bytearray(stored)
+    flipped[HEADER_SIZE + stride + 7] ^= 1
+    refused(bytes(flipped), "segment 1 of 3 fails")
+    refused(stored[:-1], "segment 2 of 3 fails")
+    refused(stored[: HEADER_SIZE + 2 * stride], "segment 1 of 2 fails")  # cut at a boundary
+    refused(stored + b"x", "truncated")
+    later = stored[HEADER_SIZE + stride : HEADER_SIZE + 2 * stride]
+    refused(stored[:HEADER_SIZE] + later + stored[HEADER_SIZE + stride :], "segment 0 of 3")
+    raw.put_object(Bucket=BUCKET, Key="stream/a", Body=stored)
+    assert enc.cat_file(f"{BUCKET}/stream/a") == data
+
+    # Through the gateway: 20 segments, 3 batches; damage in the third cuts the body short.
+    big = os.urandom(20 * MIB)
+    gw.put_object(Bucket=BUCKET, Key="stream/big", Body=big)
+    assert gw.get_object(Bucket=BUCKET, Key="stream/big")["Body"].read() == big
+    span = gw.get_object(Bucket=BUCKET, Key="stream/big", Range=f"bytes={MIB - 3}-{17 * MIB}")
+    assert span["Body"].read() == big[MIB - 3 : 17 * MIB + 1]
+    damaged = bytearray(raw.get_object(Bucket=BUCKET, Key="stream/big")["Body"].read())
+    damaged[HEADER_SIZE + 18 * stride + 5] ^= 1
+    raw.put_object(Bucket=BUCKET, Key="stream/big", Body=bytes(damaged))
+    body = gw.get_object(Bucket=BUCKET, Key="stream/big")["Body"]
+    with pytest.raises(ResponseStreamingError):
+        body.read()
 
 
 def test_plaintext_objects_still_read(gw, raw):

@@ -23,8 +23,10 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 MAGIC = b"\x89CRYPT\r\n"  # the 0x89 keeps text files from ever looking encrypted
@@ -161,6 +163,7 @@ class ObjectCipher:
         self.header = header
         self.identity = identity
         self.layout = Layout(header.segment_size)
+        self._key = data_key
         self._aead = AESGCM(data_key)
         self._aad = _AAD_PREFIX + identity.encode()
 
@@ -238,6 +241,14 @@ class ObjectCipher:
                         raise self._failure(index, total) from None
         del out[plain_size:]
         return out
+
+    def segment_decryptor(self, index: int, total: int) -> Any:
+        """A streaming decryptor of one segment: its ciphertext may arrive in pieces
+        (`update_into`), its tag comes last (`finalize_with_tag`)."""
+        mode = modes.GCM(self._nonce(index, index == total - 1))
+        decryptor = Cipher(algorithms.AES(self._key), mode).decryptor()
+        decryptor.authenticate_additional_data(self._aad)
+        return decryptor
 
     def _failure(self, index: int, total: int) -> IntegrityError:
         return IntegrityError(
@@ -430,3 +441,70 @@ def read_range(
         cipher.open_batch(memoryview(data), memoryview(out), lo, total)
         base = lo * layout.segment_size
         yield memoryview(out)[max(0, start - base) : end - base]
+
+
+class StreamOpener:
+    """Decrypts segments as their ciphertext arrives in pieces of any size (a response body),
+    each piece straight to where its plaintext goes: no staging copy of the ciphertext, and
+    the decryption keeps pace with the download instead of following it.
+
+    `feed` fills the current output buffer (`start(out)`: the plaintext of whole segments,
+    but for the object's last) and returns what of the piece lies beyond it."""
+
+    def __init__(self, cipher: ObjectCipher, first: int, plain_size: int) -> None:
+        self.cipher = cipher
+        self.plain_size = plain_size
+        self.total = cipher.layout.segments(plain_size)
+        self.index = first  # the segment being received
+        self._got = 0  # its plaintext bytes received so far
+        self._tag = bytearray()
+        self._decryptor: Any = None
+        self._out = memoryview(bytearray(0))
+        self._at = self._sealed = 0
+
+    def start(self, out: memoryview) -> None:
+        self._out, self._at, self._sealed = out, 0, 0
+
+    @property
+    def full(self) -> bool:
+        """The output buffer holds all its plaintext, every segment of it authenticated
+        (an empty one: the empty object's single segment)."""
+        return self._at == len(self._out) and self._decryptor is None and self._sealed > 0
+
+    def _segment_length(self) -> int:
+        size = self.cipher.layout.segment_size
+        return min(size, self.plain_size - self.index * size)
+
+    def feed(self, piece: bytes | bytearray | memoryview) -> memoryview:
+        view = memoryview(piece).cast("B")
+        while view and not self.full:
+            if self.index >= self.total:
+                raise IntegrityError(f"{self.cipher.identity}: bytes after the last segment")
+            if self._decryptor is None:
+                self._decryptor = self.cipher.segment_decryptor(self.index, self.total)
+            want = self._segment_length() - self._got
+            if want:
+                n = min(want, len(view), len(self._out) - self._at)
+                if n == 0:
+                    raise ValueError("the output buffer ends inside a segment")
+                self._decryptor.update_into(view[:n], self._out[self._at : self._at + n])
+                self._at += n
+                self._got += n
+            else:
+                n = min(TAG - len(self._tag), len(view))
+                self._tag += view[:n]
+                if len(self._tag) == TAG:
+                    self._seal_segment()
+            view = view[n:]
+        return view
+
+    def _seal_segment(self) -> None:
+        try:
+            self._decryptor.finalize_with_tag(bytes(self._tag))
+        except InvalidTag:
+            raise self.cipher._failure(self.index, self.total) from None
+        self._decryptor = None
+        self._tag.clear()
+        self._got = 0
+        self._sealed += 1
+        self.index += 1

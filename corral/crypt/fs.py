@@ -15,12 +15,15 @@ import contextlib
 import io
 import os
 import tempfile
+from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import fsspec
 from fsspec.implementations.chained import ChainedFileSystem
 from fsspec.spec import AbstractBufferedFile
 
+from corral.crypt import s3read
 from corral.crypt.codec import Codec
 from corral.crypt.format import (
     HEADER_SIZE,
@@ -35,6 +38,7 @@ from corral.crypt.format import (
     read_range,
     sealed_whole,
 )
+from corral.crypt.s3read import read_whole, s3_under
 
 COPY_CHUNK = 8 << 20
 HEADER_CACHE = 100_000  # headers remembered (about 0.5 KiB each)
@@ -145,6 +149,12 @@ class EncryptedFileSystem(ChainedFileSystem):
         cipher = self.codec.open_cipher(header, path)
         return cipher, cipher.layout.plain_size(size, path)
 
+    def _cipher(self, path: str, header: Header | None) -> ObjectCipher | None:
+        """The cipher of an object with this header; None: plaintext, unless refused."""
+        if header is None:
+            return self._plaintext(path, None)
+        return self.codec.open_cipher(header, path)
+
     def _plaintext(self, path: str, value):
         """`value`, the stand-in for a plaintext object, unless plaintext is refused."""
         if self.refuse_plaintext:
@@ -158,6 +168,8 @@ class EncryptedFileSystem(ChainedFileSystem):
         if not start and end is None:  # the whole object: one read, as a plain one takes
             if _is_local(self.fs):
                 return self._read_local(path)
+            if s3 := s3_under(self.fs):
+                return read_whole(s3[0], s3[1](path), lambda header: self._cipher(path, header))
             blob = self.fs.cat_file(path, **kwargs)
             header = parse_header(blob, path)
             if header is None:
@@ -166,12 +178,17 @@ class EncryptedFileSystem(ChainedFileSystem):
         cipher, size = self.reader(path)
         if cipher is None:
             return self.fs.cat_file(path, start=start, end=end, **kwargs)
-        start, end = _resolve(start, end, size)
-        return b"".join(
-            read_range(
-                cipher, lambda a, b: self.fs.cat_file(path, start=a, end=b), size, start, end
-            )
-        )
+        return b"".join(self.pieces(path, cipher, size, *_resolve(start, end, size)))
+
+    def pieces(
+        self, path: str, cipher: ObjectCipher, size: int, start: int, end: int, batch: int = 64
+    ) -> Iterator[memoryview]:
+        """Plaintext [start, end) of an encrypted object, `batch` segments at a time: from
+        S3, one GET decrypted as it arrives; elsewhere, one ranged read per batch."""
+        if start < end and (s3 := s3_under(self.fs)):
+            return s3read.read_range(cipher, s3[0], s3[1](path), size, start, end, batch)
+        fetch = partial(_cat_range, self.fs, path)
+        return read_range(cipher, fetch, size, start, end, batch)
 
     def _read_local(self, path: str) -> bytearray:
         """A whole object on a local disk, each segment read straight to where its plaintext
@@ -295,6 +312,10 @@ def _local_path(fs: fsspec.AbstractFileSystem, path: str) -> str:
     return fs._join(path) if hasattr(fs, "_join") else fs._strip_protocol(path)
 
 
+def _cat_range(fs: fsspec.AbstractFileSystem, path: str, start: int, end: int) -> bytes:
+    return fs.cat_file(path, start=start, end=end)
+
+
 def _version_tag(info: dict) -> Any:
     for key in ("ETag", "etag", "generation", "mtime", "LastModified", "updated"):
         if key in info:
@@ -323,17 +344,7 @@ class EncryptedReadFile(AbstractBufferedFile):
         )
 
     def _fetch_range(self, start, end):
-        target = self.fs.fs
-        return b"".join(
-            read_range(
-                self.cipher,
-                lambda a, b: target.cat_file(self.path, start=a, end=b),
-                self.size,
-                start,
-                end,
-                batch=64,
-            )
-        )
+        return b"".join(self.fs.pieces(self.path, self.cipher, self.size, start, end))
 
 
 def _umask() -> int:

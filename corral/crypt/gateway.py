@@ -37,7 +37,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from corral.crypt.codec import Codec
-from corral.crypt.format import CryptError, IntegrityError, UnknownKeyError, read_range
+from corral.crypt.format import BATCH_SEGMENTS, CryptError, IntegrityError, UnknownKeyError
 from corral.crypt.fs import AtomicWriter, EncryptedFileSystem
 
 STAGING = ".corral-uploads/"  # multipart parts wait here, inside their bucket, encrypted
@@ -218,9 +218,7 @@ class Gateway:
         if isinstance(self.fs, EncryptedFileSystem):
             cipher, _ = self.fs.reader(path, info["stored"])
             if cipher is not None:
-                yield from read_range(
-                    cipher, lambda a, b: self.raw.cat_file(path, start=a, end=b), size, start, end
-                )
+                yield from self.fs.pieces(path, cipher, size, start, end, BATCH_SEGMENTS)
                 return
         for at in range(start, end, PIECE):
             yield self.raw.cat_file(path, start=at, end=min(end, at + PIECE))
