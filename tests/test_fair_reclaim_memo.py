@@ -15,7 +15,7 @@ from corral.core.preempt import could_free_room
 from corral.core.reserve import outlasts
 from corral.formats.types import SchedulerConfig
 from corral.policies.fair import Fair
-from corral.policies.fair_memos import _found_short, _giver, _givers, _kept, _memo
+from corral.policies.fair_memos import FairCycleMemo, _found_short, _giver, _givers, _kept
 
 
 class Checking(Fair):
@@ -69,7 +69,7 @@ class Checking(Fair):
 
     def _may_reclaim(self, cycle: Cycle, project: str) -> bool:
         got = super()._may_reclaim(cycle, project)
-        if not got and _memo(cycle).reclaim:
+        if not got and cycle.policy_memo(FairCycleMemo).reclaim:
             for job in cycle.snap.pending.jobs.values():
                 if job.project == project and cycle.within_guarantee(job):
                     self._check_unfreed(cycle, job, False)

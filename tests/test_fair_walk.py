@@ -20,7 +20,7 @@ from corral.core.cycle import Cycle
 from corral.core.model import Job
 from corral.core.preempt import Preemption
 from corral.policies.fair import Fair
-from corral.policies.fair_memos import _memo
+from corral.policies.fair_memos import FairCycleMemo
 from corral.policies.fair_walk import _Answers, _ProjectQueue
 
 
@@ -31,9 +31,9 @@ class Plain(Fair):
 
     def order(self, cycle: Cycle):
         seen: set[str] = set()
-        _memo(cycle).reclaim = True
+        cycle.policy_memo(FairCycleMemo).reclaim = True
         yield from self._plain_pass(cycle, seen, within=True)
-        _memo(cycle).reclaim = False
+        cycle.policy_memo(FairCycleMemo).reclaim = False
         yield from self._plain_pass(cycle, seen, within=False)
 
     def _plain_pass(self, cycle: Cycle, seen: set[str], within: bool):
@@ -79,7 +79,7 @@ class Plain(Fair):
     def _progress(self, cycle: Cycle, project: str) -> bool:
         return (
             self._plain_fits(cycle, project)
-            or (_memo(cycle).reclaim and self._plain_has_room(cycle, project))
+            or (cycle.policy_memo(FairCycleMemo).reclaim and self._plain_has_room(cycle, project))
             or self._plain_outranks(cycle, project)
         )
 

@@ -14,7 +14,16 @@ import pytest
 from corral.core.memos import same
 
 TESTS = Path(__file__).parent
-CHECKED = ["test_rules.py", "test_examples.py", "test_skipped_cycles.py", "test_plan_memo.py"]
+CHECKED = [
+    "test_rules.py",
+    "test_examples.py",
+    "test_skipped_cycles.py",
+    "test_plan_memo.py",
+    "test_fair_walk.py",
+    "test_fair_jump.py",
+    "test_rank_walk_held.py",
+    "test_fair_traces.py",
+]
 
 
 def test_a_memo_that_differs_from_scratch_fails_loudly():

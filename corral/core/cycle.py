@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 from corral.core import memos
 from corral.core.freemap import DomainIndex, count_slots
 from corral.core.memos import PolicyMemo
 from corral.core.model import Decision, Job, Preempt, Reason, ReasonCode, Running, Start
 from corral.core.snapshot import Snapshot, within
+
+M = TypeVar("M", bound=PolicyMemo)
 
 
 @dataclass(slots=True, init=False)  # its own __init__: compiled (see model.py)
@@ -72,6 +75,15 @@ class Cycle:
         # Placements that failed, by what placement reads: until `changes` moves.
         self._unplaced: set[tuple] | None = None
         self._unplaced_at = 0
+
+    def policy_memo(self, kind: type[M]) -> M:
+        """The policy's memo of this cycle (`memo`), made on first use."""
+        memo = self.memo
+        if isinstance(memo, kind):
+            return memo
+        made = kind()
+        self.memo = made
+        return made
 
     def untouched(self) -> bool:
         """Is the free map still the snapshot's (nothing admitted, promised or released)?"""

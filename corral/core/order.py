@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from heapq import heapify, heappop, heapreplace
 
+from corral.core import memos
 from corral.core.cycle import Cycle
 from corral.core.model import Job
 from corral.core.pending import Shape
@@ -38,10 +39,11 @@ def queue_then_backfill(cycle: Cycle) -> Iterator[Job]:
         if len(starts) == started:
             break
     seen = -1  # the cycle's changes when the shapes were last looked at
+    dropped: set[Shape] = set()  # (check mode: they must never fit again in this cycle)
     while heap:
         if seen != cycle.changes:
             seen = cycle.changes
-            heap = _fitting(cycle, heap)
+            heap = _fitting(cycle, heap, dropped)
         else:
             yield _pop(heap, keys)
 
@@ -57,11 +59,16 @@ def _pop(heap: list[Entry], keys: dict[str, tuple]) -> Job:
     return job
 
 
-def _fitting(cycle: Cycle, heap: list[Entry]) -> list[Entry]:
+def _fitting(cycle: Cycle, heap: list[Entry], dropped: set[Shape]) -> list[Entry]:
     """The entries whose shape may fit now. Jobs with a max_runtime may use held capacity."""
     long = cycle.reservation is not None and not cycle.snap.pending.any_bounded
     may_fit = cycle.may_fit_shape
     kept = [entry for entry in heap if may_fit(entry[1][0], entry[1][1], entry[1][2], long)]
+    if memos.CHECKING:
+        for shape in dropped:
+            memos.same("fifo dropped shape", False, may_fit(shape[0], shape[1], shape[2], long))
+        fitting = {entry[1] for entry in kept}
+        dropped.update(entry[1] for entry in heap if entry[1] not in fitting)
     if len(kept) < len(heap):
         heapify(kept)
     return kept

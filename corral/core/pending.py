@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 
 from sortedcontainers import SortedKeyList
 
+from corral.core import memos
 from corral.core.model import Job
 from corral.core.queues import SortedQueue, decrement, discard
 
@@ -100,12 +101,16 @@ class PendingQueue:
         found = self._summaries.get(project)
         if found is None:
             found = self._summaries[project] = ShapeSummary(self.demand.get(project, {}))
+        elif memos.CHECKING:
+            found.check("pending summary " + project, self.demand.get(project, {}))
         return found
 
     def summary_all(self) -> ShapeSummary:
         """`summary` over all projects: could any pending job fit at all?"""
         if self._summary_all is None:
             self._summary_all = ShapeSummary(self.shapes)
+        elif memos.CHECKING:
+            self._summary_all.check("pending summary", self.shapes)
         return self._summary_all
 
     def fewest_by_size(self) -> dict[tuple[str, int], list[tuple[int, str]]]:
@@ -127,6 +132,12 @@ class PendingQueue:
                     insort(by_size.setdefault(size, []), (workers, project))
                 listed[project] = list(fewest)
         self._resized.clear()
+        if memos.CHECKING:
+            fresh: dict[tuple[str, int], list[tuple[int, str]]] = {}
+            for project, shapes in self.demand.items():
+                for size, workers in ShapeSummary(shapes).fewest_workers.items():
+                    insort(fresh.setdefault(size, []), (workers, project))
+            memos.same("pending fewest by size", by_size, fresh)
         return by_size
 
     def _forget_summary(self, project: str) -> None:
@@ -254,3 +265,9 @@ class ShapeSummary:
             self.fewest_workers[size] = min(workers, self.fewest_workers.get(size, workers))
             need = per_worker * workers
             self.least_demand[accel] = min(need, self.least_demand.get(accel, need))
+
+    def check(self, memo: str, shapes: Iterable[Shape]) -> None:
+        """Check mode: fail unless the summary is that of `shapes` (see memos.py)."""
+        fresh = ShapeSummary(shapes)
+        kept = (self.fewest_workers, self.least_demand)
+        memos.same(memo, kept, (fresh.fewest_workers, fresh.least_demand))

@@ -33,11 +33,11 @@ from corral.core.reserve import outlasts
 from corral.core.snapshot import Snapshot, share_ratio, within
 from corral.formats.types import SchedulerConfig
 from corral.policies.fair_memos import (
+    FairCycleMemo,
     _found_short,
     _Giver,
     _givers,
     _kept,
-    _memo,
     _outrank_failed,
     _reclaim_failed,
     freed_by,
@@ -81,7 +81,7 @@ class Fair(Policy):
         # frees; otherwise a borrower ranked ahead of it could take that capacity back, and the
         # two would trade places forever.
         seen: set[str] = set()
-        memo = _memo(cycle)
+        memo = cycle.policy_memo(FairCycleMemo)
         memo.reclaim = True
         answers = _Answers(self, cycle)
         yield from self._pass(cycle, seen, answers, within=True)
@@ -180,7 +180,7 @@ class Fair(Policy):
             return True
         shape = job.shape
         if (
-            _memo(cycle).reclaim
+            cycle.policy_memo(FairCycleMemo).reclaim
             and not _reclaim_failed(cycle, job.project, shape)
             and cycle.within_guarantee(job)
         ):
@@ -222,7 +222,7 @@ class Fair(Policy):
     def _may_reclaim(self, cycle: Cycle, project: str) -> bool:
         """Might a job of the project reclaim now: in the first pass, within its guarantee,
         of a shape whose reclaim has not failed yet, with another project that has some to give?"""
-        if not _memo(cycle).reclaim:
+        if not cycle.policy_memo(FairCycleMemo).reclaim:
             return False
         snap = cycle.snap
         for accel, least in snap.pending.summary(project).least_demand.items():
@@ -275,7 +275,7 @@ class Fair(Policy):
     def victims(self, cycle: Cycle, job: Job) -> Preemption | None:
         # A search that failed for a project and shape (reclaim), or also priority (outrank),
         # fails again later in the cycle: capacity and candidates only shrink as it goes on.
-        shape, memo = job.shape, _memo(cycle)
+        shape, memo = job.shape, cycle.policy_memo(FairCycleMemo)
         if memo.reclaim and cycle.within_guarantee(job):
             if (job.project, shape) not in memo.reclaim_failed:
                 found = self._reclaim(cycle, job)
@@ -321,7 +321,8 @@ class Fair(Policy):
         # Each project's victims within its budget (above its guarantee) did not make room:
         # try them all, in victim order, and keep the set if it respects the guarantees.
         if not self._may_free_wide(cycle, job):
-            _memo(cycle).now(cycle).unfreed[size] = job.gang  # (fewer than any: else short)
+            unfreed = cycle.policy_memo(FairCycleMemo).now(cycle).unfreed
+            unfreed[size] = job.gang  # (fewer than any: else short)
             return None
         return self._take_back(cycle, job, wide=True)
 

@@ -37,13 +37,13 @@ def freed_by(runs: list[Running]) -> dict[int, int]:
 
 def _found_short(cycle: Cycle, size: tuple[str, int, bool], workers: int) -> bool:
     """Did a reclaim for no more workers of this size find too little room (see _unfreed)?"""
-    return _memo(cycle).now(cycle).unfreed.get(size, workers + 1) <= workers
+    return cycle.policy_memo(FairCycleMemo).now(cycle).unfreed.get(size, workers + 1) <= workers
 
 
 def _reclaim_failed(cycle: Cycle, project: str, shape: Shape) -> bool:
     """Has a reclaim for a job of the project and shape failed in this cycle, or one for
     no more workers of the size found no room (for jobs of any length) since it last changed?"""
-    if (project, shape) in _memo(cycle).reclaim_failed:
+    if (project, shape) in cycle.policy_memo(FairCycleMemo).reclaim_failed:
         return True
     accel, per_worker, workers = shape
     return _found_short(cycle, (accel, per_worker, False), workers)
@@ -52,13 +52,13 @@ def _reclaim_failed(cycle: Cycle, project: str, shape: Shape) -> bool:
 def _outrank_failed(cycle: Cycle, project: str, shape: Shape, priority: int) -> bool:
     """Has a search for lower-priority victims of the project failed for this kind of job
     in this cycle (see Fair.victims)?"""
-    return (project, shape, priority) in _memo(cycle).outrank_failed
+    return (project, shape, priority) in cycle.policy_memo(FairCycleMemo).outrank_failed
 
 
 def _givers(cycle: Cycle, accel: str) -> list[_Giver]:
     """The projects that may give up jobs of a type now: asked per project and shape in
     each pass, so kept until the cycle next changes what projects hold."""
-    by_type = _memo(cycle).now(cycle).givers
+    by_type = cycle.policy_memo(FairCycleMemo).now(cycle).givers
     found = by_type.get(accel)
     if found is not None and memos.CHECKING:
         again = [_giver_of(g) for g in _fresh_givers(cycle, accel)]
@@ -168,15 +168,6 @@ class FairKept(PolicyMemo):
         # used while the jobs, changes, held and guarantee are the same.
         self.released: dict[tuple[str, str], tuple[SortedQueue[Running], tuple, dict[int, int]]]
         self.released = {}
-
-
-def _memo(cycle: Cycle) -> FairCycleMemo:
-    memo = cycle.memo
-    if isinstance(memo, FairCycleMemo):
-        return memo
-    made = FairCycleMemo()
-    cycle.memo = made
-    return made
 
 
 def _kept(snap: Snapshot) -> FairKept:

@@ -15,7 +15,7 @@ from corral.core.cycle import Cycle
 from corral.core.model import Job
 from corral.core.pending import Shape
 from corral.core.queues import SortedQueue
-from corral.policies.fair_memos import _memo
+from corral.policies.fair_memos import FairCycleMemo
 
 if TYPE_CHECKING:
     from corral.policies.fair import Fair
@@ -104,7 +104,7 @@ class _Answers:
         """Forget what the reclaim flag and failed victim searches decide."""
         self.reclaims: dict[str, bool] = {}
         self.act: dict[tuple, bool] = {}
-        self.reclaiming = _memo(self.cycle).reclaim
+        self.reclaiming = self.cycle.policy_memo(FairCycleMemo).reclaim
 
     def key(self, project: str, head: Job) -> tuple:
         """The project's place in the heap with `head` as its next job."""

@@ -25,7 +25,7 @@ from corral.core import memos
 from corral.core.cycle import Cycle
 from corral.core.model import Job, Running
 from corral.core.queues import RunningKey
-from corral.policies.ranked import INF, Entry, Keep, RankPolicy, rank_memo, run_of
+from corral.policies.ranked import INF, Entry, Keep, RankCycleMemo, RankPolicy, run_of
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -154,7 +154,7 @@ class Las(RankPolicy):
     def _due(self, cycle: Cycle) -> int:
         """How many waiting jobs are promoted now: the first ones by revisit time (asked by
         the walk and by wake_at)."""
-        memo = rank_memo(cycle)
+        memo = cycle.policy_memo(RankCycleMemo)
         key = (cycle.snap.now, "\uffff")  # by_revisit keys are (revisit time, job id)
         if memo.due < 0:
             memo.due = cycle.snap.pending.by_revisit.bisect_key_right(key)

@@ -91,7 +91,7 @@ class RankPolicy(Policy):
         # searches stay failed: a shape that neither fits nor could preempt at some rank is
         # dead for the rest of the cycle, its queue dropped whole; the walk ends with the last.
         # (A subclass with its own victims is walked job by job: it decides what is dead.)
-        failed = rank_memo(cycle).failed
+        failed = cycle.policy_memo(RankCycleMemo).failed
         hopeless: dict[Shape, tuple[int, float]] = {}
         skips = self.skips
 
@@ -157,7 +157,7 @@ class RankPolicy(Policy):
     def _worst(self, cycle: Cycle) -> float | None:
         """The worst rank of a running job that may be a victim (victims taken included),
         once per cycle."""
-        memo = rank_memo(cycle)
+        memo = cycle.policy_memo(RankCycleMemo)
         if not memo.worst_known:
             memo.worst, memo.worst_known = self.worst_indexed(cycle, self._candidate(cycle)), True
         elif memos.CHECKING:
@@ -177,7 +177,7 @@ class RankPolicy(Policy):
         # the wake-ups it asks for, and srtf's only get better as jobs run, so it holds for
         # every arrival until the next cycle (erring on the side of a cycle). (An arrival at a
         # wake-up's instant is followed by that cycle: the check looks at one instant only.)
-        memo, now = rank_memo(cycle), cycle.snap.now
+        memo, now = cycle.policy_memo(RankCycleMemo), cycle.snap.now
         if memo.after_at is None:
             memo.after, memo.after_at = self._worst_after(cycle), now
         elif memos.CHECKING and memo.after_at == now:
@@ -199,7 +199,7 @@ class RankPolicy(Policy):
     def victims(self, cycle: Cycle, job: Job) -> Preemption | None:
         # Ranks are fixed within a cycle and capacity only shrinks as it goes on: a search that
         # failed for a shape fails again for any job of that shape ranked no better.
-        failed = rank_memo(cycle).failed
+        failed = cycle.policy_memo(RankCycleMemo).failed
         shape = job.shape
         rank = self.pending_rank(cycle, job)
         if rank >= failed.get(shape, INF):
@@ -254,15 +254,6 @@ class RankCycleMemo(PolicyMemo):
         self.after: float | None = None
         self.after_at: float | None = None
         self.due = -1  # las: how many waiting jobs are promoted now (-1: not asked yet)
-
-
-def rank_memo(cycle: Cycle) -> RankCycleMemo:
-    memo = cycle.memo
-    if isinstance(memo, RankCycleMemo):
-        return memo
-    made = RankCycleMemo()
-    cycle.memo = made
-    return made
 
 
 VictimKey = tuple[float, float, str, Running]  # (-rank, -started_at, job id, run)
