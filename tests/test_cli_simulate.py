@@ -266,6 +266,8 @@ def test_no_shortcuts_runs_every_cycle_to_the_same_events(tmp_path: Path) -> Non
             id="unknown-policy",
         ),  # fmt: skip
         pytest.param(["--events", "events.jsonl"], id="no-workload"),
+        # (written aside, in a forked process, where there is a spare CPU)
+        pytest.param(["SCENARIO", "--events", "."], id="events-into-a-directory"),
     ],
 )
 def test_bad_input(args: list[str], tmp_path: Path, scenario: Path) -> None:

@@ -44,8 +44,16 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+# Set by main(): the process is the `corral` command itself, so a batch command may end it at
+# once when its work is done (see simulate) rather than free what it made, object by object.
+STANDALONE = False
+
+
 def main() -> None:
     from corral.cli import acct, crypt, interactive, live, simulate  # noqa: F401  (registers commands)
+
+    global STANDALONE
+    STANDALONE = True
 
     try:
         app()

@@ -282,8 +282,10 @@ def simulate(
     config: SchedulerConfig,
     options: SimOptions,
     progress: Callable[[int], None] | None = None,
+    replayed: Callable[[SimResult], object] | None = None,
 ) -> PolicyRun:
-    """Run one policy over the workload and summarise it. Summary extras: policy, cycles,
+    """Run one policy over the workload and summarise it; `replayed` is called with the
+    engine's result before the summary is computed. Summary extras: policy, cycles,
     stalls (instants where the policy kept preempting and the engine moved the clock on),
     sim_end_time, sim_wall_s and sim_jobs_per_s (jobs per second of engine time)."""
     policy = load_policy(config)
@@ -291,6 +293,8 @@ def simulate(
     began = time.perf_counter()
     result = sim.run(progress=progress)
     wall = time.perf_counter() - began
+    if replayed is not None:
+        replayed(result)
     analysis = analyse(result.events, workload.infos, result.capacity, result.guarantees)
     analysis.summary = {
         "policy": config.policy,
@@ -321,17 +325,21 @@ def run_policies(
     (`write_comparison`). Several policies run in parallel processes, at most `processes`
     (default: the CPUs this process may use) at once, with the same outputs as one after
     another; progress bars are for runs in this process only. When the runs go one after
-    another here and there is a spare CPU, plots are drawn aside (see Drawer)."""
+    another here and there is a spare CPU, plots are drawn aside (see Drawer) and each event
+    log is written aside while the metrics are computed (see EventsWriter)."""
     several = len(configs) > 1
     cpus = usable_cpus()
     workers = min(len(configs), processes or cpus)
-    with Drawer(workers == 1 and cpus > 1 and outputs.out is not None) as drawer:
+    spare = workers == 1 and cpus > 1
+    with Drawer(spare and outputs.out is not None) as drawer:
 
         def run_and_write(config: SchedulerConfig, here: bool) -> Report:
             bar = progress(config.policy) if progress is not None and here else nullcontext(None)
-            with bar as update:
-                run = simulate(workload, config, options, update)
-            return write_run(run, outputs, several, drawer if here else None)
+            paths = event_paths(config.policy, outputs, several)
+            with EventsWriter(paths, spare and here) as events:
+                with bar as update:
+                    run = simulate(workload, config, options, update, events.write)
+                return write_run(run, outputs, several, drawer if here else None, events=False)
 
         reports = in_processes(run_and_write, configs, workers)
         written = [path for report in reports for path in report.written]
@@ -342,7 +350,8 @@ def run_policies(
 
 class Drawer:
     """Draws plots here, or, `aside`, in a forked process beside this one: it imports
-    matplotlib while the engine runs and draws while this process writes the other files.
+    matplotlib and draws a first figure (see plots.warm_up) while the engine runs, and draws
+    the charts while this process writes the other files.
     Leaving the context waits for every plot (and raises what drawing one raised). Make it
     before any thread starts (a progress bar's), and fork nothing else while it is open."""
 
@@ -351,7 +360,7 @@ class Drawer:
         self._drawn: list[Future] = []
         if aside and "fork" in multiprocessing.get_all_start_methods():
             self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))
-            self._drawn.append(self._pool.submit(_import_matplotlib))
+            self._drawn.append(self._pool.submit(_warm_up_plots))
 
     def draw(self, plot: Callable[..., Path], *args: Any) -> None:
         if self._pool is None:
@@ -371,9 +380,56 @@ class Drawer:
                 self._pool.shutdown(cancel_futures=True)
 
 
-def _import_matplotlib() -> None:
-    from matplotlib import figure  # noqa: F401
-    from matplotlib.backends import backend_agg  # noqa: F401  (what plots.py draws with)
+class EventsWriter:
+    """Writes an event log to its files (write_events) when `write` is given the engine's
+    result: here, or, `aside`, in a forked process, which has the log as it is while this one
+    goes on (computing the metrics from it). Leaving the context waits for the files (and
+    raises what writing them raised)."""
+
+    def __init__(self, paths: Sequence[Path], aside: bool = False) -> None:
+        self.paths = list(paths)
+        self.aside = aside and "fork" in multiprocessing.get_all_start_methods()
+        self._pool: ProcessPoolExecutor | None = None
+        self._written: Future | None = None
+
+    def write(self, result: SimResult) -> None:
+        if not self.paths:
+            return
+        if not self.aside:
+            write_events(result.events, *self.paths)
+            return
+        global _EVENTS_ASIDE
+        _EVENTS_ASIDE = (result.events, self.paths)  # what the forked process finds
+        self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))
+        self._written = self._pool.submit(_write_events_aside)
+
+    def __enter__(self) -> EventsWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        global _EVENTS_ASIDE
+        if self._pool is not None:
+            try:
+                if self._written is not None:
+                    self._written.result()
+            finally:
+                self._pool.shutdown(cancel_futures=True)
+                _EVENTS_ASIDE = None
+
+
+_EVENTS_ASIDE: tuple[list[dict], list[Path]] | None = None  # (events, paths) for EventsWriter
+
+
+def _write_events_aside() -> None:
+    assert _EVENTS_ASIDE is not None
+    events, paths = _EVENTS_ASIDE
+    write_events(events, *paths)
+
+
+def _warm_up_plots() -> None:
+    from corral.sim.plots import warm_up
+
+    warm_up()
 
 
 def in_processes(task: Callable[[T, bool], R], items: Sequence[T], processes=None) -> list[R]:
@@ -430,12 +486,26 @@ def per_policy_path(path: str | Path, policy: str, several: bool) -> Path:
     return path.with_name(f"{path.stem}.{safe_name(policy)}{path.suffix}")
 
 
-def write_events(events: Iterable[dict], path: str | Path) -> None:
-    """JSON Lines, one compact object per line (orjson: a tenth of the json module's time)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as f:
-        f.writelines(orjson.dumps(event, option=orjson.OPT_APPEND_NEWLINE) for event in events)
+def write_events(events: Iterable[dict], path: str | Path, *more: str | Path) -> None:
+    """JSON Lines, one compact object per line (orjson: a tenth of the json module's time),
+    to `path` and the same bytes to each of `more`."""
+    lines = [orjson.dumps(event, option=orjson.OPT_APPEND_NEWLINE) for event in events]
+    for where in (path, *more):
+        where = Path(where)
+        where.parent.mkdir(parents=True, exist_ok=True)
+        with open(where, "wb") as f:
+            f.writelines(lines)
+
+
+def event_paths(policy: str, outputs: Outputs, several: bool) -> list[Path]:
+    """Where a run's event log goes: the --events file (per policy when there are several)
+    and OUT/POLICY/events.jsonl, as `outputs` asks."""
+    paths = []
+    if outputs.events is not None:
+        paths.append(per_policy_path(outputs.events, policy, several))
+    if outputs.out is not None:
+        paths.append(Path(outputs.out) / safe_name(policy) / "events.jsonl")
+    return paths
 
 
 def write_summary_file(summary: dict[str, Any], path: str | Path) -> None:
@@ -444,8 +514,11 @@ def write_summary_file(summary: dict[str, Any], path: str | Path) -> None:
     write_summary(summary, path)
 
 
-def write_policy_dir(run: PolicyRun, directory: str | Path, drawer: Drawer | None = None) -> Path:
-    """DIR/events.jsonl, jobs.csv, summary.json, utilisation.png, shares.png."""
+def write_policy_dir(
+    run: PolicyRun, directory: str | Path, drawer: Drawer | None = None, events: bool = True
+) -> Path:
+    """DIR/events.jsonl (unless `events` is false: written already), jobs.csv, summary.json,
+    utilisation.png, shares.png."""
     from corral.sim.plots import plot_shares, plot_utilisation
 
     drawer = drawer or Drawer()
@@ -454,26 +527,34 @@ def write_policy_dir(run: PolicyRun, directory: str | Path, drawer: Drawer | Non
     series, result = run.analysis.series, run.result
     drawer.draw(plot_utilisation, series, directory / "utilisation.png")
     drawer.draw(plot_shares, series, result.guarantees, result.capacity, directory / "shares.png")
-    write_events(result.events, directory / "events.jsonl")
+    if events:
+        write_events(result.events, directory / "events.jsonl")
     write_job_csv(run.analysis.rows, directory / "jobs.csv")
     write_summary(run.summary, directory / "summary.json")
     return directory
 
 
 def write_run(
-    run: PolicyRun, outputs: Outputs, several: bool, drawer: Drawer | None = None
+    run: PolicyRun,
+    outputs: Outputs,
+    several: bool,
+    drawer: Drawer | None = None,
+    events: bool = True,
 ) -> Report:
     """The files of one run that `outputs` asks for: its events and summary files (named per
-    policy when there are several) and OUT/POLICY/ (see write_policy_dir)."""
+    policy when there are several) and OUT/POLICY/ (see write_policy_dir); the event logs
+    (event_paths) unless `events` is false (written already)."""
     written: list[Path] = []
+    paths = event_paths(run.name, outputs, several)
+    if events and paths:
+        write_events(run.result.events, *paths)
     if outputs.events is not None:
-        written.append(per_policy_path(outputs.events, run.name, several))
-        write_events(run.result.events, written[-1])
+        written.append(paths[0])
     if outputs.summary is not None:
         written.append(per_policy_path(outputs.summary, run.name, several))
         write_summary_file(run.summary, written[-1])
     if outputs.out is not None:
-        write_policy_dir(run, Path(outputs.out) / safe_name(run.name), drawer)
+        write_policy_dir(run, Path(outputs.out) / safe_name(run.name), drawer, events=False)
     jcts = [r.jct for r in run.analysis.rows if r.jct is not None]
     return Report(run.name, run.summary, jcts, written)
 
