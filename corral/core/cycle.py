@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from corral.core import memos
-from corral.core.freemap import DomainIndex, count_slots
+from corral.core.freemap import DomainIndex, FreeMap
 from corral.core.memos import PolicyMemo
 from corral.core.model import Decision, Job, Preempt, Reason, ReasonCode, Running, Start
 from corral.core.snapshot import Snapshot, within
@@ -60,11 +60,10 @@ class Cycle:
         self.reserver: Job | None = None  # the blocked job the reservation is for (rule 6)
         self.reservation: Reservation | None = None
         self.decision = Decision()
-        # The map's indexes for long jobs, beside capacity held for the reservation, kept
-        # exact by `_take` (checked in `blocks`), dropped when the reservation changes: per
-        # type, nodes by free accelerators (`histogram`) and worker slots per size (`blocks`).
-        self._hist_long: dict[str, list[int]] = {}
-        self._blocks_long: dict[str, dict[int, int]] = {}
+        # What a job outlasting the reservation may take: the map beside the capacity it
+        # holds (`long_map`), kept by `_take` from when first asked until the reservation
+        # changes.
+        self._long: FreeMap | None = None
         self._pristine = True  # no change yet: the map is the snapshot's
         self.memo: PolicyMemo | None = None  # the policy's own, for this cycle (memos.py)
         self.admitted: dict[str, int] = {}  # accelerators started by this cycle, per type
@@ -106,8 +105,7 @@ class Cycle:
         other.reserver = self.reserver
         other.reservation = self.reservation
         other.decision = Decision()  # a probe only places: nothing reads it
-        other._hist_long = {a: list(h) for a, h in self._hist_long.items()}
-        other._blocks_long = {a: dict(counts) for a, counts in self._blocks_long.items()}
+        other._long = None if self._long is None else self._long.copy()
         other._pristine = self._pristine
         other.memo = None
         other.admitted = self.admitted
@@ -199,33 +197,18 @@ class Cycle:
 
     # -- free-capacity histograms ------------------------------------------------------------
 
+    def long_map(self, long: bool) -> FreeMap:
+        """The free map a job sees: for a `long` one (outlasting the reservation), beside the
+        capacity it holds."""
+        if not long or self.reservation is None:
+            return self.map
+        if self._long is None:
+            self._long = self.map.beside(self.reservation.held)
+        return self._long
+
     def histogram(self, accelerator: str, long: bool) -> list[int]:
         """Nodes of a type by free accelerators (for `long` jobs, those not held)."""
-        if long and self.reservation is not None:
-            hist = self._hist_long.get(accelerator)
-            if hist is None:
-                hist = self._held_histogram(accelerator)
-            return hist
-        return self.map.hist.get(accelerator, [0])
-
-    def _held_histogram(self, accelerator: str) -> list[int]:
-        """The free histogram with held accelerators taken out: only held nodes differ."""
-        hist = list(self.histogram(accelerator, False))
-        nodes, reservation = self.snap.cluster.nodes, self.reservation
-        assert reservation is not None
-        for i, held in reservation.held.items():
-            if nodes[i].accelerator == accelerator:
-                hist[self.free[i]] -= 1
-                hist[max(0, self.free[i] - held)] += 1
-        self._hist_long[accelerator] = hist
-        return hist
-
-    def avail(self, node: int, long: bool) -> int:
-        """Free accelerators on a node for a job; `long` jobs may not take reserved ones."""
-        free = self.free[node]
-        if long and self.reservation is not None:
-            return max(0, free - self.reservation.held.get(node, 0))
-        return free
+        return self.long_map(long).hist.get(accelerator, [0])
 
     def free_total(self, accelerator: str) -> int:
         hist = self.histogram(accelerator, False)
@@ -249,22 +232,11 @@ class Cycle:
     def blocks(self, accelerator: str, per_worker: int, long: bool = True) -> int:
         """Free per_worker-sized blocks of a type, over all nodes (kept up to date as the
         cycle goes on: policies ask this for every project and shape)."""
-        if not long or self.reservation is None:
-            found = self.map.slots_of(accelerator, per_worker)
-        else:
-            counts = self._blocks_long.get(accelerator)
-            if counts is None:
-                counts = self._blocks_long[accelerator] = {}
-            kept = counts.get(per_worker)
-            if kept is None:
-                hist = self.histogram(accelerator, True)
-                kept = counts[per_worker] = count_slots(
-                    self.snap.cluster, hist, accelerator, per_worker
-                )
-            found = kept
+        free = self.long_map(long)
+        found = free.slots_of(accelerator, per_worker)
         if memos.CHECKING:  # the slot counts and histograms, against the free map
             nodes = self.snap.cluster.by_type.get(accelerator, ())
-            memos.same("worker slots", found, sum(self.avail(i, long) // per_worker for i in nodes))
+            memos.same("worker slots", found, sum(free.avail(i) // per_worker for i in nodes))
         return found
 
     def known_unplaced(self, job: Job, long: bool, after: bool) -> bool:
@@ -319,18 +291,8 @@ class Cycle:
     def _take(self, node: int, amount: int) -> None:
         """Move `amount` accelerators of a node between free and used, keeping the indexes."""
         self._pristine = False
-        accel = self.snap.cluster.accelerator_of[node]
-        hist_long, counts = self._hist_long.get(accel), self._blocks_long.get(accel)
-        if hist_long is not None or counts is not None:  # long jobs: what is not held
-            free = self.free[node]
-            held = self.reservation.held.get(node, 0) if self.reservation is not None else 0
-            beside = free - held
-            if counts is not None:
-                for per, count in counts.items():
-                    counts[per] = count + max(0, beside - amount) // per - max(0, beside) // per
-            if hist_long is not None:
-                hist_long[max(0, beside)] -= 1
-                hist_long[max(0, beside - amount)] += 1
+        if self._long is not None:
+            self._long.take(node, amount)
         self.map.take(node, amount)
 
     # -- outcomes ----------------------------------------------------------------------------
@@ -404,9 +366,7 @@ class Cycle:
 
     def reserve(self, reservation: Reservation) -> None:
         self.changes += 1
-        if self.reservation is not None:  # else no count for long jobs was kept apart yet
-            self._hist_long.clear()  # availability for long jobs changed
-            self._blocks_long = {}
+        self._long = None  # what long jobs may take changed
         self.reservation = reservation
         if self._after is not None:
             self._after.reserve(reservation)

@@ -1,8 +1,10 @@
 """What is free where: the one capacity model. `FreeMap` owns the free accelerators of each
 node and every index derived from them, kept exact by `take`; the snapshot keeps one, and a
 cycle, each of its what-if probes and its view after the stopping jobs are gone (`Cycle.probe`,
-`Cycle.after_release`) work on copies (`copy`). What a reservation holds for long jobs is a
-view the cycle keeps on top (`Cycle.histogram`, `Cycle.blocks` with `long`)."""
+`Cycle.after_release`) work on copies (`copy`). What a job outlasting a reservation may take
+is a second map that counts only what is beside the held capacity (`beside`, kept by the
+cycle: `Cycle.long_map`); a what-if search counts the releases it tries on a narrow copy
+(`counter`: core/slots.py)."""
 
 from __future__ import annotations
 
@@ -21,9 +23,13 @@ class FreeMap:
         hist: dict[str, list[int]],
         slots: dict[str, dict[int, int]],
         domains: dict[str, DomainIndex],
+        held: dict[int, int] | None = None,
     ) -> None:
         self.cluster = cluster
         self.free = free  # node -> free accelerators
+        # node -> accelerators held for a reservation: the indexes count only what is beside
+        # them (None: all that is free).
+        self.held = held
         # accelerator -> [nodes with k free for k in 0..largest node]: whether a shape can
         # fit anywhere, at once.
         self.hist = hist
@@ -31,7 +37,8 @@ class FreeMap:
         # (`slots_of`). (Nested, not keyed by tuples: a string's hash is kept, a tuple's is
         # computed on every lookup.)
         self.slots = slots
-        self.domains = domains  # accelerator -> its domains by free accelerators, once asked
+        # accelerator -> its domains by free accelerators, once asked (not in a `beside` map).
+        self.domains = domains
 
     @classmethod
     def empty(cls, cluster: Cluster) -> FreeMap:
@@ -48,7 +55,32 @@ class FreeMap:
             {accel: list(hist) for accel, hist in self.hist.items()},
             {accel: dict(counts) for accel, counts in self.slots.items()},
             {accel: index.copy() for accel, index in self.domains.items()},
+            self.held,
         )
+
+    def beside(self, held: dict[int, int]) -> FreeMap:
+        """A copy whose indexes count only what is beside `held` (node -> accelerators)."""
+        hist = {accel: list(hist) for accel, hist in self.hist.items()}
+        accelerator_of, free = self.cluster.accelerator_of, self.free
+        for i, amount in held.items():
+            counts = hist[accelerator_of[i]]
+            counts[free[i]] -= 1
+            counts[max(0, free[i] - amount)] += 1
+        return FreeMap(self.cluster, free.copy(), hist, {}, {}, held)
+
+    def counter(self, accelerator: str, per_worker: int) -> FreeMap:
+        """A copy that keeps one worker-slot count (and no domain index): what a what-if
+        search counts its releases on before it changes a probe (core/slots.py)."""
+        found = self.slots_of(accelerator, per_worker)
+        hist = {accel: list(hist) for accel, hist in self.hist.items()}
+        return FreeMap(
+            self.cluster, self.free.copy(), hist, {accelerator: {per_worker: found}}, {}, self.held
+        )
+
+    def avail(self, node: int) -> int:
+        """Free accelerators of a node that the indexes count."""
+        free, held = self.free[node], self.held
+        return free if held is None else max(0, free - held.get(node, 0))
 
     def take(self, node: int, amount: int) -> None:
         """Move `amount` accelerators of a node from free to used (negative: back)."""
@@ -56,6 +88,10 @@ class FreeMap:
         accel = cluster.accelerator_of[node]
         before = self.free[node]
         after = self.free[node] = before - amount
+        held = self.held
+        if held is not None:  # only what is beside held capacity counts
+            beside = held.get(node, 0)
+            before, after = max(0, before - beside), max(0, after - beside)
         hist = self.hist[accel]
         hist[before] -= 1
         hist[after] += 1

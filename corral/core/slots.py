@@ -1,5 +1,6 @@
 """Counting worker slots on the side: a what-if search (victims, reservations) releases
-running jobs here first and changes its probe only once the job could fit."""
+running jobs on a copy of the free map first (`FreeMap.counter`) and changes its probe only
+once the job could fit."""
 
 from __future__ import annotations
 
@@ -19,12 +20,11 @@ class SlotCounter:
     after every release."""
 
     def __init__(self, cycle: Cycle, job: Job, long: bool):
-        self.cycle, self.job, self.free = cycle, job, cycle.free
-        self.held = cycle.reservation.held if long and cycle.reservation is not None else {}
+        self.cycle, self.job = cycle, job
         self.per, self.need = job.per_worker, job.gang
-        self.slots = cycle.blocks(job.accelerator, self.per, long)
-        # Per node, accelerators released, not in `free` (a list: read and written per node).
-        self.freed: list[int] = [0] * len(self.free)
+        # The map the job sees (with `long`, beside held capacity), releases counted in.
+        self.map = cycle.long_map(long).counter(job.accelerator, self.per)
+        self.slots = self.map.slots[job.accelerator]  # per_worker -> worker slots
         self.batch: list[Running] = []  # the runs counted since the last `apply`
         # One worker a slice, not exclusive, every domain open: any slot takes a slice, so
         # the total says it all.
@@ -36,7 +36,7 @@ class SlotCounter:
         self.loose = False  # amounts were released: which domains they open is not known
 
     def enough(self) -> bool:
-        if self.slots < self.need:
+        if self.slots[self.per] < self.need:
             return False
         if not self.by_domain:
             return True
@@ -66,24 +66,20 @@ class SlotCounter:
         return self.enough()
 
     def _count(self, node: int, more: int) -> None:
-        freed = self.freed
-        already = freed[node]
-        freed[node] = already + more
-        before, per = self.free[node] + already, self.per
-        if self.held:  # only what is beside held capacity counts
-            beside = before - self.held.get(node, 0)
-            gained = max(0, beside + more) // per - max(0, beside) // per
-        else:
-            gained = (before + more) // per - before // per
+        free, domains = self.map, self.domains
+        if domains is None:
+            free.take(node, -more)
+            return
+        before = free.avail(node) // self.per
+        free.take(node, -more)
+        gained = free.avail(node) // self.per - before
         if gained:
-            self.slots += gained
-            if self.domains is not None:
-                self.domains.gain(node, gained)
+            domains.gain(node, gained)
 
     def apply(self) -> None:
         """Release the runs counted so far on the cycle (a probe): its free map catches up."""
         self.cycle.release_all(self.batch)
-        self.batch, self.freed = [], [0] * len(self.free)
+        self.batch = []
 
 
 class DomainSlots:
@@ -96,8 +92,7 @@ class DomainSlots:
     def __init__(self, counter: SlotCounter):
         cycle, job = counter.cycle, counter.job
         cluster = cycle.snap.cluster
-        number, held, per = cluster.domain_number, counter.held, counter.per
-        free, freed = cycle.free, counter.freed
+        number, per, avail = cluster.domain_number, counter.per, counter.map.avail
         self.counter, self.number = counter, number  # node -> its domain's place
         self.workers, self.slices = job.resources.workers, job.resources.slices
         self.exclusive = job.resources.exclusive
@@ -111,12 +106,8 @@ class DomainSlots:
         for d, nodes in cluster.typed_domains.get(job.accelerator, {}).items():
             k = number[nodes[0]]
             slots = 0
-            if held:
-                for i in nodes:
-                    slots += max(0, free[i] + freed[i] - held.get(i, 0)) // per
-            else:
-                for i in nodes:
-                    slots += (free[i] + freed[i]) // per
+            for i in nodes:
+                slots += avail(i) // per
             self.slots[k] = slots
             if self.blocked is not None:
                 self.blocked[k] = int(d in cycle.exclusive)
