@@ -35,18 +35,20 @@ class Reservation:
 
 
 class Cycle:
-    def __init__(self, snap: Snapshot, spread: bool = False, blank: bool = False):
+    def __init__(self, snap: Snapshot, spread: bool = False, base: Cycle | None = None):
+        """A cycle on the snapshot; with `base`, a probe of that cycle (see `probe`)."""
         self.snap = snap
         self.spread = spread
-        if blank:  # `probe` sets every other attribute itself
-            return
-        self.map = snap.map.copy()  # what is free where, as the cycle goes on
+        # What is free where, as the cycle goes on.
+        self.map: FreeMap = (snap.map if base is None else base.map).copy()
         self.free = self.map.free  # (the map's own list, read in every placement)
-        self.node_jobs = snap.node_jobs.copy()
-        self.exclusive = snap.exclusive_domains.copy()
-        # Copied per project on first write.
-        self.usage: dict[str, dict[str, int]] = snap.usage
-        self._copied: set[str] = set()
+        self.node_jobs: list[int] = (snap.node_jobs if base is None else base.node_jobs).copy()
+        self.exclusive: dict[str, str] = (
+            snap.exclusive_domains if base is None else base.exclusive
+        ).copy()
+        # Copied per project on first write (`_copied`, which usage_changed reads).
+        self.usage: dict[str, dict[str, int]] = snap.usage if base is None else base.usage
+        self._copied: set[str] = set() if base is None else set(base._copied)
         self.victims: dict[str, Running] = {}  # chosen for preemption in this cycle
         # Jobs told to stop (before or in this cycle): their accelerators are free soon, at no
         # further cost. `soon` counts them per node; `promised`, those already held for a
@@ -55,18 +57,20 @@ class Cycle:
         self.soon: dict[int, int] = {}
         self.promised: dict[int, int] = {}
         self._after: Cycle | None = None  # the free map once they are gone (lazy)
-        for run in snap.terminating.values():
-            self._releasing(run)
-        self.reserver: Job | None = None  # the blocked job the reservation is for (rule 6)
-        self.reservation: Reservation | None = None
-        self.decision = Decision()
+        # The blocked job the reservation is for (rule 6), and the reservation.
+        self.reserver: Job | None = None if base is None else base.reserver
+        self.reservation: Reservation | None = None if base is None else base.reservation
+        self.decision = Decision()  # (a probe only places: nothing reads its own)
         # What a job outlasting the reservation may take: the map beside the capacity it
         # holds (`long_map`), kept by `_take` from when first asked until the reservation
         # changes.
         self._long: FreeMap | None = None
-        self._pristine = True  # no change yet: the map is the snapshot's
+        if base is not None and base._long is not None:
+            self._long = base._long.copy()
+        self._pristine: bool = base is None or base._pristine  # no change yet: the snapshot's map
         self.memo: PolicyMemo | None = None  # the policy's own, for this cycle (memos.py)
-        self.admitted: dict[str, int] = {}  # accelerators started by this cycle, per type
+        # Accelerators started by this cycle, per type.
+        self.admitted: dict[str, int] = {} if base is None else base.admitted
         self.started: list[Running] = []  # jobs this cycle starts
         # Counts admissions, preemptions, promises and the reservation: a policy may keep
         # answers within a cycle while this stays the same (nothing else changes capacity).
@@ -74,6 +78,9 @@ class Cycle:
         # Placements that failed, by what placement reads: until `changes` moves.
         self._unplaced: set[tuple] | None = None
         self._unplaced_at = 0
+        if base is None:
+            for run in snap.terminating.values():
+                self._releasing(run)
 
     def policy_memo(self, kind: type[M]) -> M:
         """The policy's memo of this cycle (`memo`), made on first use."""
@@ -93,27 +100,7 @@ class Cycle:
         `released`: as it will be once the stopping jobs are gone and the promises kept."""
         if released and self.releasing:
             return self.after_release().probe()
-        other = Cycle(self.snap, self.spread, blank=True)
-        other.map = self.map.copy()
-        other.free = other.map.free
-        other.node_jobs = self.node_jobs.copy()
-        other.exclusive = self.exclusive.copy()
-        other.usage = self.usage
-        other._copied = set(self._copied)  # (what usage_changed reads)
-        other.victims = {}
-        other.releasing, other.soon, other.promised = [], {}, {}
-        other.reserver = self.reserver
-        other.reservation = self.reservation
-        other.decision = Decision()  # a probe only places: nothing reads it
-        other._long = None if self._long is None else self._long.copy()
-        other._pristine = self._pristine
-        other.memo = None
-        other.admitted = self.admitted
-        other.started = []
-        other._after = None
-        other.changes = 0
-        other._unplaced, other._unplaced_at = None, 0
-        return other
+        return Cycle(self.snap, self.spread, base=self)
 
     def after_release(self) -> Cycle:
         """The free map once the stopping jobs are gone and the jobs promised their room have

@@ -90,13 +90,7 @@ def _keep_room(cycle: Cycle, job: Job) -> bool:
     if nodes is not None:
         cycle.admit(job, nodes)
         return True
-    soon = place_after_release(cycle, job)
-    if soon is None:
-        return False
-    cycle.promise(job, soon)
-    why = reasons.releasing(cycle)
-    cycle.wait(job, why.code, why.message)
-    return True
+    return _promise(cycle, job)
 
 
 def _consider(cycle: Cycle, policy: Policy, reserver: Reserver, job: Job) -> None:
@@ -115,11 +109,7 @@ def _consider(cycle: Cycle, policy: Policy, reserver: Reserver, job: Job) -> Non
     if nodes is not None:
         cycle.admit(job, nodes)
         return
-    soon = place_after_release(cycle, job)
-    if soon is not None:  # hold what it needs beside the stopping jobs' accelerators
-        cycle.promise(job, soon)
-        why = reasons.releasing(cycle)
-        cycle.wait(job, why.code, why.message)
+    if _promise(cycle, job):
         return
     reserver.before_admitting(cycle)  # victims must not be chosen to free held capacity
     found = policy.victims(cycle, job)
@@ -130,6 +120,17 @@ def _consider(cycle: Cycle, policy: Policy, reserver: Reserver, job: Job) -> Non
         cycle.reserver = job
     # Blocked: its reason (capacity, quota or reserved) is derived at the end of the cycle,
     # from its final state, like the reasons of the jobs the policy did not need to examine.
+
+
+def _promise(cycle: Cycle, job: Job) -> bool:
+    """Hold what the job needs beside the stopping jobs' accelerators, if it fits there."""
+    soon = place_after_release(cycle, job)
+    if soon is None:
+        return False
+    cycle.promise(job, soon)
+    why = reasons.releasing(cycle)
+    cycle.wait(job, why.code, why.message)
+    return True
 
 
 def _fit(cycle: Cycle, job: Job) -> tuple[int, ...] | None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from typing import TYPE_CHECKING
 
+from corral.core.queues import inner
+
 if TYPE_CHECKING:
     from corral.core.snapshot import Cluster
 
@@ -105,9 +107,7 @@ class FreeMap:
 
     def slots_of(self, accelerator: str, per_worker: int) -> int:
         """Free worker slots of a size, counted the first time, then kept by `take`."""
-        counts = self.slots.get(accelerator)
-        if counts is None:
-            counts = self.slots[accelerator] = {}
+        counts = inner(self.slots, accelerator)
         found = counts.get(per_worker)
         if found is None:
             hist = self.hist.get(accelerator, [0])

@@ -10,7 +10,7 @@ from sortedcontainers import SortedKeyList
 
 from corral.core import memos
 from corral.core.model import Job
-from corral.core.queues import SortedQueue, decrement, discard
+from corral.core.queues import SortedQueue, decrement, discard, inner, queue_in
 
 QueueKey = Callable[[Job], tuple]
 Shape = tuple[str, int, int]  # (accelerator, per_worker, gang)
@@ -160,16 +160,12 @@ class PendingQueue:
         if self.revisit_at is not None and self.revisit_at(job) is not None:
             self.by_revisit.add(job)
         shape, project, priority = job.shape, job.project, job.priority
-        counts = self.demand.get(project)
-        if counts is None:
-            counts = self.demand[project] = {}
+        counts = inner(self.demand, project)
         n = counts.get(shape, 0)
         counts[shape] = n + 1
         if n == 0:
             self._forget_summary(project)
-        priorities = self.priorities.get(project)
-        if priorities is None:
-            priorities = self.priorities[project] = {}
+        priorities = inner(self.priorities, project)
         priorities[priority] = priorities.get(priority, 0) + 1
         self.priority_counts[priority] = self.priority_counts.get(priority, 0) + 1
         n = self.shapes.get(shape, 0)
@@ -184,31 +180,16 @@ class PendingQueue:
 
     def _add_by_user(self, job: Job, key: tuple) -> None:
         assert self._by_user is not None
-        users = self._by_user.get(job.project)
-        if users is None:
-            users = self._by_user[job.project] = {}
-        queue = users.get(job.user)
-        if queue is None:
-            queue = users[job.user] = SortedQueue()
-        queue.add(key, job)
+        queue_in(inner(self._by_user, job.project), job.user).add(key, job)
 
     def _add_by_shape(self, job: Job, key: tuple) -> None:
         assert self._by_shape is not None
-        queue = self._by_shape.get(job.shape)
-        if queue is None:
-            queue = self._by_shape[job.shape] = SortedQueue()
-        queue.add(key, job)
+        queue_in(self._by_shape, job.shape).add(key, job)
 
     def _add_by_user_shape(self, job: Job, key: tuple) -> None:
         assert self._by_user_shape is not None
-        owner = (job.project, job.user)
-        shapes = self._by_user_shape.get(owner)
-        if shapes is None:
-            shapes = self._by_user_shape[owner] = {}
-        queue = shapes.get(job.shape)
-        if queue is None:
-            queue = shapes[job.shape] = SortedQueue()
-        queue.add(key, job)
+        shapes = inner(self._by_user_shape, (job.project, job.user))
+        queue_in(shapes, job.shape).add(key, job)
 
     def remove(self, job_id: str) -> Job:
         job = self.jobs[job_id]

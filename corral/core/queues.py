@@ -210,6 +210,23 @@ def discard(queues: dict, name: object, key: tuple, item: Job | Running) -> None
         del queues[name]
 
 
+def inner(outer: dict[K, dict], key: K) -> dict:
+    """The dict under `key`, added empty if absent (not setdefault: it would build a dict on
+    every call)."""
+    found = outer.get(key)
+    if found is None:
+        found = outer[key] = {}
+    return found
+
+
+def queue_in(queues: dict[K, SortedQueue], name: K) -> SortedQueue:
+    """The named queue, added empty if absent."""
+    found = queues.get(name)
+    if found is None:
+        found = queues[name] = SortedQueue()
+    return found
+
+
 def decrement(counts: dict[K, int], key: K) -> None:
     """One less of `key` (present); a count that reaches 0 is deleted."""
     left = counts[key] - 1

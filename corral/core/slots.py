@@ -118,12 +118,6 @@ class DomainSlots:
             for run in counter.batch:  # released, not applied yet
                 self.release(run)
 
-    def _total(self) -> int:
-        fits = 0
-        for k in range(len(self.slots)):
-            fits += self._holds(k, self.slots[k])
-        return fits
-
     def enough(self) -> bool:
         return self.fits >= self.slices
 
@@ -169,4 +163,6 @@ class DomainSlots:
     def open_all(self) -> None:
         """Count every domain as usable from now on (what may open them is not known)."""
         self.blocked = None
-        self.fits = self._total()
+        self.fits = 0
+        for k in range(len(self.slots)):
+            self.fits += self._holds(k, self.slots[k])

@@ -24,6 +24,8 @@ from corral.core.queues import (
     SortedQueue,
     decrement,
     discard,
+    inner,
+    queue_in,
 )
 from corral.formats.types import Node, Quota
 
@@ -109,12 +111,7 @@ class Cluster:
 
 def _add_size(sizes: dict[str, dict[str, dict[int, int]]], run: Running) -> None:
     job = run.job
-    by_project = sizes.get(job.accelerator)
-    if by_project is None:  # (not setdefault: it would build a dict on every call)
-        by_project = sizes[job.accelerator] = {}
-    counts = by_project.get(job.project)
-    if counts is None:
-        counts = by_project[job.project] = {}
+    counts = inner(inner(sizes, job.accelerator), job.project)
     counts[job.demand] = counts.get(job.demand, 0) + 1
 
 
@@ -247,9 +244,7 @@ class Snapshot:
             for i in where:
                 self.exclusive_domains[self.cluster.domain_of[i]] = job.id
         accel, demand = job.accelerator, job.demand
-        held = self.usage.get(job.project)
-        if held is None:
-            held = self.usage[job.project] = {}
+        held = inner(self.usage, job.project)
         held[accel] = held.get(accel, 0) + demand
         self.in_use[accel] = self.in_use.get(accel, 0) + demand
         run = Running(job=job, nodes=where, started_at=now)
@@ -352,9 +347,7 @@ class Snapshot:
 
     def _add_priority(self, job: Job) -> None:
         assert self._priorities is not None and self._priority_counts is not None
-        counts = self._priorities.get(job.project)
-        if counts is None:
-            counts = self._priorities[job.project] = {}
+        counts = inner(self._priorities, job.project)
         priority = job.priority
         counts[priority] = counts.get(priority, 0) + 1
         self._priority_counts[priority] = self._priority_counts.get(priority, 0) + 1
@@ -373,10 +366,7 @@ class Snapshot:
     def _add_preemptible(self, run: Running) -> None:
         assert self._preemptible is not None
         by_project = self._preemptible[run.job.accelerator]
-        runs = by_project.get(run.job.project)
-        if runs is None:
-            runs = by_project[run.job.project] = SortedQueue()
-        runs.add(victim_order(run), run)
+        queue_in(by_project, run.job.project).add(victim_order(run), run)
 
     def mark_terminating(self, job_id: str, preemptor: str = "") -> None:
         """The job was told to stop (live: SIGTERM, then its grace period); `preemptor`: the

@@ -3,26 +3,36 @@ projects that may give up jobs for a reclaim (`_givers`), which they keep."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from corral.core import memos
 from corral.core.cycle import Cycle
 from corral.core.memos import PolicyMemo, Touched
 from corral.core.model import Running
 from corral.core.pending import Shape
-from corral.core.queues import SortedQueue
+from corral.core.queues import SortedQueue, inner
 from corral.core.snapshot import Snapshot
 
 
+@dataclass(slots=True, init=False)  # its own __init__: compiled (see model.py)
 class _Giver:
     """A project above its guarantee of a type with a preemptible job."""
+
+    project: str
+    held: float
+    guarantee: float
+    smallest: int
+    runs: SortedQueue[Running]  # (compared by identity)
+    # Fair._released, once asked: the same for as long as this answer is (its fields and
+    # jobs are fixed while it is kept).
+    released: dict[int, int] | None = field(compare=False)
 
     def __init__(
         self, project: str, held: float, guarantee: float, smallest: int, runs: SortedQueue[Running]
     ):
         self.project, self.held, self.guarantee = project, held, guarantee
         self.smallest, self.runs = smallest, runs
-        # Fair._released, once asked: the same for as long as this answer is (its fields
-        # and jobs are fixed while it is kept).
-        self.released: dict[int, int] | None = None
+        self.released = None
 
 
 def freed_by(runs: list[Running]) -> dict[int, int]:
@@ -61,8 +71,7 @@ def _givers(cycle: Cycle, accel: str) -> list[_Giver]:
     by_type = cycle.policy_memo(FairCycleMemo).now(cycle).givers
     found = by_type.get(accel)
     if found is not None and memos.CHECKING:
-        again = [_giver_of(g) for g in _fresh_givers(cycle, accel)]
-        memos.same("fair givers", [_giver_of(g) for g in found], again)
+        memos.same("fair givers", found, _fresh_givers(cycle, accel))
     if found is None:
         found = by_type[accel] = []
         snap = cycle.snap
@@ -76,7 +85,7 @@ def _givers(cycle: Cycle, accel: str) -> list[_Giver]:
                 giver = kept[project]
                 if memos.CHECKING:
                     fresh = _giver(snap, accel, project, snap.held(project, accel), runs)
-                    memos.same("fair giver " + project, _giver_of(giver), _giver_of(fresh))
+                    memos.same("fair giver " + project, giver, fresh)
             else:
                 giver = kept[project] = _giver(
                     snap, accel, project, snap.held(project, accel), runs
@@ -109,12 +118,6 @@ def _giver(
     return _Giver(project, float(held), guarantee, min(counts), runs)
 
 
-def _giver_of(giver: _Giver | None) -> tuple | None:
-    if giver is None:
-        return None
-    return (giver.project, giver.held, giver.guarantee, giver.smallest, giver.runs)
-
-
 def _kept_givers(snap: Snapshot, accel: str) -> dict[str, _Giver | None]:
     """project -> `_giver` at the snapshot's state, for the projects asked about since their
     jobs last changed (see memos.Touched)."""
@@ -126,10 +129,7 @@ def _kept_givers(snap: Snapshot, accel: str) -> dict[str, _Giver | None]:
         for kept in memo.givers.values():
             for project in touched:
                 kept.pop(project, None)
-    found = memo.givers.get(accel)
-    if found is None:
-        found = memo.givers[accel] = {}
-    return found
+    return inner(memo.givers, accel)
 
 
 class FairCycleMemo(PolicyMemo):
