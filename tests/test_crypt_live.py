@@ -243,6 +243,25 @@ def test_reads_that_decrypt_as_the_body_arrives_refuse_every_attack(servers, gw,
         body.read()
 
 
+def test_uploads_of_many_parts_appear_whole_or_not_at_all(servers, raw):
+    """`encrypted::s3://` uploads parts while the next fills: the object appears on close,
+    and a write abandoned part-way leaves no object and no upload behind."""
+    direct = {"endpoint_url": servers["s3"], **_s3fs_credentials()}
+    enc, _ = fsspec.core.url_to_fs(
+        f"encrypted::s3://{BUCKET}", encrypted={"keyring": str(servers["keyring"])}, s3=direct
+    )
+    data = os.urandom(40 * MIB + 3)
+    with enc.open(f"{BUCKET}/parts/obj", "wb") as f:
+        for at in range(0, len(data), 3 * MIB):
+            f.write(data[at : at + 3 * MIB])
+    assert enc.cat_file(f"{BUCKET}/parts/obj") == data
+    with pytest.raises(RuntimeError), enc.open(f"{BUCKET}/parts/died", "wb") as f:
+        f.write(data)
+        raise RuntimeError("the job died")
+    assert not enc.exists(f"{BUCKET}/parts/died")
+    assert not raw.list_multipart_uploads(Bucket=BUCKET).get("Uploads")
+
+
 def test_plaintext_objects_still_read(gw, raw):
     raw.put_object(Bucket=BUCKET, Key="legacy/notes.txt", Body=b"written before the gateway")
     assert gw.get_object(Bucket=BUCKET, Key="legacy/notes.txt")["Body"].read().startswith(b"writ")

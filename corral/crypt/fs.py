@@ -23,7 +23,7 @@ import fsspec
 from fsspec.implementations.chained import ChainedFileSystem
 from fsspec.spec import AbstractBufferedFile
 
-from corral.crypt import s3read
+from corral.crypt import s3io
 from corral.crypt.codec import Codec
 from corral.crypt.format import (
     HEADER_SIZE,
@@ -38,7 +38,7 @@ from corral.crypt.format import (
     read_range,
     sealed_whole,
 )
-from corral.crypt.s3read import read_whole, s3_under
+from corral.crypt.s3io import read_whole, s3_under
 
 COPY_CHUNK = 8 << 20
 HEADER_CACHE = 100_000  # headers remembered (about 0.5 KiB each)
@@ -186,7 +186,7 @@ class EncryptedFileSystem(ChainedFileSystem):
         """Plaintext [start, end) of an encrypted object, `batch` segments at a time: from
         S3, one GET decrypted as it arrives; elsewhere, one ranged read per batch."""
         if start < end and (s3 := s3_under(self.fs)):
-            return s3read.read_range(cipher, s3[0], s3[1](path), size, start, end, batch)
+            return s3io.read_range(cipher, s3[0], s3[1](path), size, start, end, batch)
         fetch = partial(_cat_range, self.fs, path)
         return read_range(cipher, fetch, size, start, end, batch)
 
@@ -370,6 +370,8 @@ class AtomicWriter:
             os.makedirs(folder, exist_ok=True)
             fd, self._temp = tempfile.mkstemp(dir=folder, prefix=f".{name}.")
             self._file = os.fdopen(fd, "wb")
+        elif (s3 := s3_under(fs)) and not kwargs:  # parts upload while the next fills
+            self._file = s3io.S3Upload(s3[0], s3[1](path))
         else:
             self._file = fs.open(path, "wb", **kwargs)
 
@@ -387,6 +389,8 @@ class AtomicWriter:
             if self._local:
                 self._file.close()
                 os.unlink(self._temp)
+            elif isinstance(self._file, s3io.S3Upload):
+                self._file.discard()
             elif isinstance(self._file, AbstractBufferedFile):
                 self._file.discard()
                 self._file.closed = True  # so that garbage collection uploads nothing

@@ -1,4 +1,4 @@
-"""Reads from S3 (through s3fs) whose response body is decrypted as it arrives.
+"""Reads and writes on S3 (through s3fs) that keep the data moving.
 
 A read is one GET, however many segments it covers, and its body goes straight from the
 client library's network chunks through the decryption to where the plaintext belongs, in
@@ -6,11 +6,17 @@ s3fs's event loop: no staging copy of the ciphertext, no fresh ciphertext buffer
 no round trip per batch, and no hand-off to another thread to decrypt (on a loaded machine a
 thread that waits for the GIL back after decrypting slows the event loop every transfer
 shares). A plain read does the same work but for the decryption, which costs a copy's worth.
+
+A write whose parts upload while the next one fills (S3Upload): the server stores one part
+while the client sends the next, where s3fs's writer waits for each part's answer before it
+takes more data.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from typing import Any
 
 import fsspec
@@ -28,6 +34,8 @@ from corral.crypt.format import (
 )
 
 CHUNK = 1 << 20  # most a body read returns at once (the client's own chunks are smaller)
+PART = 16 << 20  # an upload's part size
+IN_FLIGHT = 2  # parts on the wire at once per upload: memory is (IN_FLIGHT + 1) parts
 
 
 def s3_under(fs: fsspec.AbstractFileSystem) -> tuple[Any, Callable[[str], str]] | None:
@@ -155,3 +163,79 @@ def read_range(
         sync(s3.loop, get.finish)
     finally:
         get.close()
+
+
+class S3Upload:
+    """A write to S3 whose object appears whole on close() and not at all after discard():
+    one PUT for an object smaller than a part, else a multipart upload with up to IN_FLIGHT
+    parts uploading while the next one fills."""
+
+    def __init__(self, s3: Any, path: str) -> None:
+        self.s3, self.path = s3, path
+        bucket, key, _ = s3.split_path(path)
+        self._where = {"Bucket": bucket, "Key": key}
+        self._part = bytearray(PART)
+        self._fill = 0
+        self._upload_id: str | None = None
+        self._sent: list[Future] = []  # each part's upload, in order: its ETag
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        view = memoryview(data).cast("B")
+        taken = 0
+        while taken < len(view):
+            n = min(len(view) - taken, PART - self._fill)
+            self._part[self._fill : self._fill + n] = view[taken : taken + n]
+            self._fill += n
+            taken += n
+            if self._fill == PART:
+                self._send_part()
+        return taken
+
+    def _send_part(self) -> None:
+        if self._upload_id is None:
+            created = sync(self.s3.loop, self._call, "create_multipart_upload")
+            self._upload_id = created["UploadId"]
+        if len(self._sent) >= IN_FLIGHT:
+            self._sent[-IN_FLIGHT].result()  # at most IN_FLIGHT on the wire
+        upload = self._upload(self._taken(), len(self._sent) + 1)
+        self._sent.append(asyncio.run_coroutine_threadsafe(upload, self.s3.loop))
+
+    def _taken(self) -> bytearray:
+        """The part filled so far, handed over whole (no copy); a fresh one takes its place."""
+        part = self._part
+        del part[self._fill :]
+        self._part, self._fill = bytearray(PART), 0
+        return part
+
+    async def _upload(self, body: bytearray, number: int) -> str:
+        answer = await self._call(
+            "upload_part", Body=body, PartNumber=number, UploadId=self._upload_id
+        )
+        return answer["ETag"]
+
+    async def _call(self, method: str, **kwargs: Any) -> dict:
+        return await self.s3._call_s3(method, **self._where, **kwargs)
+
+    def close(self) -> None:
+        if self._upload_id is None:  # one request
+            sync(self.s3.loop, self._call, "put_object", Body=self._taken())
+        else:
+            if self._fill:
+                self._send_part()
+            parts = [
+                {"PartNumber": n, "ETag": sent.result()} for n, sent in enumerate(self._sent, 1)
+            ]
+            sync(
+                self.s3.loop,
+                self._call,
+                "complete_multipart_upload",
+                UploadId=self._upload_id,
+                MultipartUpload={"Parts": parts},
+            )
+        self.s3.invalidate_cache(self.path)
+
+    def discard(self) -> None:
+        for sent in self._sent:
+            sent.cancel()
+        if self._upload_id is not None:
+            sync(self.s3.loop, self._call, "abort_multipart_upload", UploadId=self._upload_id)
