@@ -201,3 +201,71 @@ def test_a_preemptor_keeps_what_its_first_victim_freed_while_the_other_stops():
     snap.stop("n3")
     snap.set_time(102)
     assert "P" in [s.job_id for s in decide(snap, pol).starts]
+
+
+def test_a_job_preempted_ten_times_is_not_preempted_again():
+    config = SchedulerConfig(preempt_min_runtime=100.0)
+    q = parse_quota(ONLY_C)
+    pol = load_policy(config)
+    snap = pol.snapshot([Node("n0", "gpu", 2)], q)
+    snap.submit(_job("A", "a", 2, duration=LONG, preemptions=10))
+    snap.start("A", ["n0"], 0)
+    snap.set_time(10 * 86400)
+    snap.submit(_job("C", "c", 1, submit=10))
+    d = decide(snap, pol)
+    assert d.preemptions == [] and d.wake_at is None, d
+
+
+# --- fair share over time (DESIGN.md §3.3, §3.6) ---------------------------------------------
+
+
+def _two_borrowers(**scheduler) -> dict:
+    # 4 one-GPU nodes, guarantees p=2, s=2. p borrows the whole pool for 10 h (p1); then p2
+    # and s2 (3 GPUs each, beyond either guarantee) wait for it, p2 submitted first.
+    q = quota({"p": {"gpu": 1}, "s": {"gpu": 1}})
+    jobs = [
+        job("p1", "p", 1, workers=4, submit=0, duration=36_000),
+        job("p2", "p", 1, workers=3, submit=100, duration=1000),
+        job("s2", "s", 1, workers=3, submit=200, duration=1000),
+    ]
+    return {"cluster": "4x1:gpu", "quota": q, "scheduler": scheduler, "jobs": jobs}
+
+
+def test_among_borrowers_the_team_with_least_recent_usage_goes_first():
+    r = run_checked(_two_borrowers())  # the default half-life: s has used nothing, p 40 GPU-h
+    assert start_of(r, "s2")[0] == 36_000 and start_of(r, "p2")[0] == 37_000, show(r)
+    # With no decay (0s), borrowers go by what each holds now: a tie, the older job first.
+    r = run_checked(_two_borrowers(usage_half_life="0s"))
+    assert start_of(r, "p2")[0] == 36_000 and start_of(r, "s2")[0] == 37_000, show(r)
+
+
+def _small_team_behind_a_stream(**scheduler) -> dict:
+    # 2 two-GPU nodes, guarantees big=3, s=1. big keeps every GPU busy with one-GPU jobs that
+    # end at different times; s's one job needs a whole node (2 GPUs, beyond its guarantee):
+    # a free GPU is always taken by big's next job before a second one frees beside it.
+    q = quota({"big": {"gpu": 3}, "s": {"gpu": 1}})
+    jobs = [job(f"b{i:02d}", "big", 1, submit=0, duration=1000 + 250 * (i % 4)) for i in range(60)]
+    jobs.append(job("s1", "s", 2, submit=10, duration=100))
+    return {"cluster": "2x2:gpu", "quota": q, "scheduler": scheduler, "jobs": jobs}
+
+
+def test_a_job_past_the_aging_limit_holds_the_reservation():
+    r = run_checked(_small_team_behind_a_stream(aging_limit="1h"))
+    t, _ = start_of(r, "s1")
+    assert 3610 <= t <= 3610 + 1750, show(r)  # reserved at 1 h, started when a node drained
+    last_big = max(u for u, name, _ in starts(r) if name.startswith("b"))
+    assert t < last_big, show(r)
+    r = run_checked(_small_team_behind_a_stream(aging_limit="0s"))  # never: it waits it out
+    assert start_of(r, "s1")[0] > max(u for u, name, _ in starts(r) if name.startswith("b"))
+
+
+def test_the_fair_share_keys_are_durations_with_defaults():
+    assert (SchedulerConfig().usage_half_life, SchedulerConfig().aging_limit) == (86400, 43200)
+    text = quota(
+        {"a": {"gpu": 1}}, extra='[scheduler]\nusage_half_life = "2d"\naging_limit = "0s"\n'
+    )
+    scheduler = parse_quota(text).scheduler
+    assert (scheduler.usage_half_life, scheduler.aging_limit) == (172800, 0)
+    bad = quota({"a": {"gpu": 1}}, extra='[scheduler]\naging_limit = "later"\n')
+    with pytest.raises(Exception, match=r"aging_limit: must be a duration"):
+        parse_quota(bad)

@@ -32,6 +32,10 @@ class Plain(Fair):
     def order(self, cycle: Cycle):
         seen: set[str] = set()
         cycle.policy_memo(FairCycleMemo).reclaim = True
+        starved = self._starved_head(cycle)
+        if starved is not None:
+            seen.add(starved.id)
+            yield starved
         yield from self._plain_pass(cycle, seen, within=True)
         cycle.policy_memo(FairCycleMemo).reclaim = False
         yield from self._plain_pass(cycle, seen, within=False)

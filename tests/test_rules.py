@@ -166,7 +166,7 @@ def test_rule3_projects_served_by_lowest_usage_over_guarantee():
 def test_rule3_ratio_is_the_maximum_over_types():
     # p1 borrows the whole tpu pool (ratio 2 on tpu). For the next gpu slot p1's head `a`
     # (older) would give gpu ratio 1.5, p2's `b` 1.5 too; but p1's ratio is max(1.5, 2) = 2,
-    # so p2 goes first.
+    # so p2 goes first. (Both borrow: with usage decayed, recent usage would order them.)
     q = quota({"p1": {"gpu": 1, "tpu": 1}, "p2": {"gpu": 1, "tpu": 1}})
     jobs = [
         job("t1", "p1", 4, accelerator="tpu", duration=LONG),
@@ -174,7 +174,10 @@ def test_rule3_ratio_is_the_maximum_over_types():
         job("a", "p1", 3, submit=1),
         job("b", "p2", 3, submit=2),
     ]
-    r = run_checked({"cluster": "1x4:gpu,1x4:tpu", "quota": q, "jobs": jobs})
+    scheduler = {"usage_half_life": "0s"}
+    r = run_checked(
+        {"cluster": "1x4:gpu,1x4:tpu", "quota": q, "jobs": jobs, "scheduler": scheduler}
+    )
     assert start_of(r, "b") == (100, ["gpu-0"]), show(r)
     assert start_of(r, "a") == (200, ["gpu-0"]), show(r)
 

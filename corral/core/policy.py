@@ -87,7 +87,7 @@ class Policy:
                     if not run.terminating and run.job.id not in cycle.victims:
                         later.append(entries[i][0])
                         break
-        return min((t for t in later if t > snap.now), default=None)
+        return min((t for t in later if snap.now < t < math.inf), default=None)
 
     def all_of_age(self, snap: Snapshot) -> bool:
         """Is every preemptible running job past its protection (may any be a victim)?"""
@@ -108,6 +108,7 @@ class Policy:
             queue_key=self.queue_key,
             revisit_at=self.revisit_at if revisits else None,
             running_keys=self.running_keys(),
+            half_life=self.config.usage_half_life,
         )
 
     def revisit_at(self, job: Job) -> float | None:

@@ -7,6 +7,7 @@ when freeing every allowed candidate would still not make room (no useless preem
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -19,10 +20,13 @@ from corral.core.slots import SlotCounter
 # Stability (DESIGN.md §3.9). An attempt is safe from preemption for its project's
 # preempt_min_runtime, never less than FIRST_CYCLE (so never in the cycle, or at the instant,
 # that started it), doubled for each preemption of the job beyond FREE_PREEMPTIONS, up to
-# MAX_PROTECTION: a job preempted again and again is left to run longer and longer.
+# MAX_PROTECTION: a job preempted again and again is left to run longer and longer; after
+# MAX_PREEMPTIONS it is never preempted again (it still never runs beyond its guarantee's
+# rules when it starts: only its running attempt is kept).
 FIRST_CYCLE = 1.0
 FREE_PREEMPTIONS = 2
 MAX_PROTECTION = 24 * 3600.0
+MAX_PREEMPTIONS = 10
 
 
 class Protection:
@@ -35,6 +39,8 @@ class Protection:
         self.default, self.per_project = default, per_project
 
     def of(self, job: Job) -> float:
+        if job.preemptions >= MAX_PREEMPTIONS:
+            return math.inf
         base = self.per_project.get(job.project, self.default)
         extra = job.preemptions - FREE_PREEMPTIONS
         if extra > 0 and base > 0:

@@ -7,6 +7,7 @@ a cycle costs what changed, not the size of the queue or of the job history.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from corral.core.queues import (
 from corral.formats.types import Node, Quota
 
 INF = float("inf")
+LN2 = math.log(2.0)
 NONE: Mapping = MappingProxyType({})  # an empty mapping to look things up in
 
 
@@ -129,6 +131,17 @@ def share_ratio(held: float, guarantee: float) -> float:
     return held / guarantee
 
 
+def decayed(usage: float, held: float, elapsed: float, half_life: float) -> float:
+    """Accelerator-seconds of use, each second weighed down by half per `half_life` since
+    (Slurm's PriorityDecayHalfLife): `usage` as it was, `elapsed` seconds later, `held`
+    accelerators having run all that time. The one rule for recent usage: the simulator's
+    snapshot and the control plane's rebuild from its store both apply it."""
+    if half_life <= 0:
+        return 0.0
+    kept = 0.5 ** (elapsed / half_life)
+    return usage * kept + held * (1.0 - kept) * half_life / LN2
+
+
 class Snapshot:
     """Cluster, quota, pending and running jobs, and the time: everything `decide` reads."""
 
@@ -139,6 +152,7 @@ class Snapshot:
         queue_key: QueueKey | None = None,
         revisit_at: Callable[[Job], float | None] | None = None,
         running_keys: dict[str, RunningKey] | None = None,
+        half_life: float = 0.0,
     ):
         self.cluster = Cluster.build(nodes)
         self.quota = quota
@@ -171,6 +185,10 @@ class Snapshot:
         # server lists the projects in it.
         self.usage: dict[str, dict[str, int]] = {}
         self.in_use: dict[str, int] = {}  # type -> held by all projects (0s kept)
+        # Usage decayed with `half_life` (see `decayed`): project -> (accelerator-seconds,
+        # as of this time); brought up to date when what the project holds changes.
+        self.half_life = half_life
+        self.recent: dict[str, tuple[float, float]] = {}
         self.capacity = self._capacity()
         self.guarantee = self._guarantees()
         self.memos = SnapshotMemos()  # the only part `decide` writes (see memos.py)
@@ -244,6 +262,7 @@ class Snapshot:
             for i in where:
                 self.exclusive_domains[self.cluster.domain_of[i]] = job.id
         accel, demand = job.accelerator, job.demand
+        self._fold(job.project, now)
         held = inner(self.usage, job.project)
         held[accel] = held.get(accel, 0) + demand
         self.in_use[accel] = self.in_use.get(accel, 0) + demand
@@ -290,6 +309,7 @@ class Snapshot:
             for i in run.nodes:
                 self.exclusive_domains.pop(self.cluster.domain_of[i], None)
         self.in_use[job.accelerator] -= job.demand
+        self._fold(job.project, self.now)
         held = self.usage[job.project]
         held[job.accelerator] -= job.demand
         if not held[job.accelerator]:
@@ -419,6 +439,19 @@ class Snapshot:
         return within(
             self.held(project, accelerator), amount, self.guarantee_of(project, accelerator)
         )
+
+    def _fold(self, project: str, now: float) -> None:
+        if self.half_life > 0:
+            self.recent[project] = (self.recent_usage(project, now), now)
+
+    def recent_usage(self, project: str, now: float | None = None) -> float:
+        """The project's decayed usage (accelerator-seconds) at `now` (default: the
+        snapshot's time)."""
+        then, since = self.recent.get(project, (0.0, 0.0))
+        held = self.usage.get(project)
+        rate = 0 if held is None else sum(held.values())
+        at = self.now if now is None else now
+        return decayed(then, rate, at - since, self.half_life)
 
     def held(self, project: str, accelerator: str) -> int:
         held = self.usage.get(project)

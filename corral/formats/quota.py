@@ -114,6 +114,8 @@ class SchedulerModel(_Strict):
     placement: Literal["pack", "spread"] = "pack"
     preempt_grace: Duration = _DEFAULT.preempt_grace
     preempt_min_runtime: Duration = _DEFAULT.preempt_min_runtime
+    usage_half_life: Duration = _DEFAULT.usage_half_life
+    aging_limit: Duration = _DEFAULT.aging_limit
     restart_backoff: Duration = _DEFAULT.restart_backoff
     restart_backoff_max: Duration = _DEFAULT.restart_backoff_max
     options: dict[str, Annotated[object, BeforeValidator(_option)]] = Field(default_factory=dict)

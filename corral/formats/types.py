@@ -69,6 +69,12 @@ class SchedulerConfig:
     preempt_min_runtime: float = 300.0  # a job younger than this is never a victim
     # project -> its own preempt_min_runtime ([project_preempt_min_runtime] of the quota file)
     project_min_runtime: dict[str, float] = field(default_factory=dict)
+    # Fair share over time (DESIGN.md §3.3, §3.6; docs/scheduling.md has the figures): among
+    # borrowers, the project with the least usage decayed with this half-life comes first
+    # (0: by what each holds now); a job waiting longer than aging_limit since its submission
+    # may hold the reservation as if within its guarantee (0: never).
+    usage_half_life: float = 86400.0
+    aging_limit: float = 43200.0
     options: dict[str, object] = field(default_factory=dict)  # policy-specific knobs
     # A failed job waits before its gang restarts: restart_backoff, doubling per restart up to
     # restart_backoff_max (Kubernetes' CrashLoopBackOff); 0 restarts at once. Live plane only.

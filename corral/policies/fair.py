@@ -1,11 +1,13 @@
 """`fair`: the AXLearn bastion order with Kueue-style reclaim. The default (DESIGN.md §3).
 
 Across projects: next is the project whose usage/guarantee ratio, maximised over accelerator
-types, would be lowest after admitting its head job; projects with no guarantee come last.
+types, would be lowest after admitting its head job; among borrowers (beyond it), the least
+usage decayed with usage_half_life first; projects with no guarantee come last.
 Within a project: priority, then round-robin over users weighted by what each already has
 ahead in the queue, then submit time, then name. A job that keeps its project within its
 guarantee reclaims from projects above theirs; a job may also preempt lower-priority jobs of
-its own project. The first blocked job within its guarantee holds a reservation.
+its own project. The first blocked job within its guarantee, or past the aging limit, holds a
+reservation; the longest-waiting aged job of a project that holds nothing is asked first.
 """
 
 from __future__ import annotations
@@ -84,10 +86,33 @@ class Fair(Policy):
         memo = cycle.policy_memo(FairCycleMemo)
         memo.reclaim = True
         answers = _Answers(self, cycle)
+        starved = self._starved_head(cycle)
+        if starved is not None:  # first, so that it may take the reservation (rule 6)
+            seen.add(starved.id)
+            yield starved
+            answers.after_yield()
         yield from self._pass(cycle, seen, answers, within=True)
         memo.reclaim = False
         answers.new_pass()
         yield from self._pass(cycle, seen, answers, within=False)
+
+    def _starved_head(self, cycle: Cycle) -> Job | None:
+        """The longest-waiting job past the aging limit that is next in its user's queue, of
+        a project that holds nothing."""
+        limit, snap = self.config.aging_limit, cycle.snap
+        found: Job | None = None
+        if limit <= 0:
+            return found
+        for project, users in snap.pending.by_user.items():
+            if snap.usage.get(project):
+                continue
+            for jobs in users.values():
+                job = next(iter(jobs))
+                if job.submit_time <= snap.now - limit and (
+                    found is None or (job.submit_time, job.id) < (found.submit_time, found.id)
+                ):
+                    found = job
+        return found
 
     def _pass(self, cycle: Cycle, seen: set[str], answers: _Answers, within: bool) -> Iterator[Job]:
         # A heap merge of the projects' queues by key. Most jobs popped are passed over: they
@@ -211,13 +236,16 @@ class Fair(Policy):
         shares = cycle.snap.guarantee.get(project)
         usage = cycle.usage.get(project, {})
         if shares is None:  # leftovers only: share them by what each already holds
-            return (True, sum(usage.values()) + demand)
+            return (2, sum(usage.values()) + demand)
         # (usage and shares read once per type, not looked up again through the cycle)
         ratio = share_ratio(usage.get(accel, 0) + demand, shares.get(accel, 0.0))
         for other, held in usage.items():
             if other != accel:
                 ratio = max(ratio, share_ratio(held, shares.get(other, 0.0)))
-        return (False, ratio)
+        if within(ratio, 0, 1.0) or cycle.snap.half_life <= 0:
+            return (0, ratio)
+        # A borrower: the least recent usage for its guarantee first (rule 3).
+        return (1, share_ratio(cycle.snap.recent_usage(project), sum(shares.values())))
 
     def _may_reclaim(self, cycle: Cycle, project: str) -> bool:
         """Might a job of the project reclaim now: in the first pass, within its guarantee,
@@ -270,7 +298,15 @@ class Fair(Policy):
         """Within the guarantee: the job alone fits in it and the project is not borrowing.
         (Its own running jobs may be what it waits for, so they are not added to it.)"""
         g = cycle.snap.guarantee_of(job.project, job.accelerator)
-        return within(0, job.demand, g) and within(cycle.held(job.project, job.accelerator), 0, g)
+        return (
+            within(0, job.demand, g) and within(cycle.held(job.project, job.accelerator), 0, g)
+        ) or self.aged(cycle, job)
+
+    def aged(self, cycle: Cycle, job: Job) -> bool:
+        """Has the job waited past the aging limit since its submission (rule 6)? Then it may
+        hold the reservation as if within its guarantee."""
+        limit = self.config.aging_limit
+        return limit > 0 and cycle.snap.now - job.submit_time >= limit
 
     def victims(self, cycle: Cycle, job: Job) -> Preemption | None:
         # A search that failed for a project and shape (reclaim), or also priority (outrank),

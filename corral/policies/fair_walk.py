@@ -186,7 +186,7 @@ class _Answers:
         return found
 
     def may_reserve(self, job: Job) -> bool:
-        if not self.fair.own_reserve:
+        if not self.fair.own_reserve or self.fair.aged(self.cycle, job):
             return self.fair.may_reserve(self.cycle, job)
         which = (job.project, job.accelerator, job.demand)
         found = self.reserve.get(which)

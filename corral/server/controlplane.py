@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from corral.core.model import Decision, Job, Preempt, Start
-from corral.core.snapshot import Snapshot, within
+from corral.core.snapshot import Snapshot, decayed, within
 from corral.executors.base import (
     FAILED,
     LOST,
@@ -549,7 +549,22 @@ class ControlPlane:
                 continue
             if att.state == "terminating":
                 snap.mark_terminating(row.id)
+        snap.recent = self._recent_usage(snap.now, snap.half_life)
         return snap
+
+    def _recent_usage(self, now: float, half_life: float) -> dict[str, tuple[float, float]]:
+        """Each project's decayed usage at `now`, from the attempts in the store (DESIGN.md
+        §3.3): a restart or a new policy keeps it. (Attempts ended 40 half-lives ago weigh
+        less than 1e-12 of what they did.)"""
+        used: dict[str, float] = {}
+        if half_life > 0:
+            for run in self.store.acct_attempts(now - 40 * half_life, now, None, None):
+                end = now if run.finished_at is None else min(run.finished_at, now)
+                ran = decayed(0.0, run.accelerators, end - run.started_at, half_life)
+                used[run.project] = used.get(run.project, 0.0) + decayed(
+                    ran, 0, now - end, half_life
+                )
+        return {project: (amount, now) for project, amount in used.items()}
 
     # -- submit and cancel -----------------------------------------------------------------------
 
@@ -1023,6 +1038,7 @@ class ControlPlane:
 
     def _release(self, job_id: str) -> None:
         if job_id in self.snap.running:
+            self.snap.set_time(time.time())  # the end of its use (recent usage)
             self.snap.stop(job_id)
         self._kill_at.pop(job_id, None)
         self.stopping_for.pop(job_id, None)

@@ -222,6 +222,8 @@ class Views:
                 "capacity": dict(sorted(snap.capacity.items())),
                 "policy": quota.scheduler.policy,
                 "preempt_grace": quota.scheduler.preempt_grace,
+                "usage_half_life": quota.scheduler.usage_half_life,
+                "aging_limit": quota.scheduler.aging_limit,
                 "projects": rows,
             }
 
@@ -239,6 +241,8 @@ class Views:
             "limit": dict(quota.limits.get(p, {})),
             "pending": {t: pending.get(t, 0) for t in types},
             "pending_jobs": waiting,
+            # accelerator-hours, decayed with usage_half_life: orders borrowers (DESIGN §3.3)
+            "recent_usage": round(snap.recent_usage(p) / 3600, 6),
         }
 
     def nodes(self, who: Principal) -> list[dict[str, Any]]:
