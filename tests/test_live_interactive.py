@@ -243,6 +243,30 @@ def test_ports_are_unique_per_node_and_kept_across_a_restart(server, alice):
         server.cli("cancel", j, token=alice)
 
 
+def test_a_job_in_use_is_not_culled_for_a_restart_of_corral_up(server, alice):
+    # Used through the proxy for longer than its idle timeout, then corral up is killed: the
+    # activity it saw is gone with it, and the job must not be taken for idle since its start.
+    job_id = submit(
+        server, alice, kind="interactive", command="sleep 300 # {port.web}", idle_timeout=IDLE
+    )
+    server.wait(job_id, "running")
+    auth = {"Authorization": f"Bearer {alice}"}
+    until = time.monotonic() + IDLE + 1
+    while time.monotonic() < until:
+        httpx.get(f"{server.proxy_url}/j/{job_id}/web/", headers=auth)  # (nothing answers)
+        time.sleep(0.5)
+    assert server.job(job_id)["state"] == "running"
+    server.kill()
+    server.start()
+    # The culler looks every second: counting from the start, it warns, then cancels.
+    time.sleep(3)
+    job = server.job(job_id)
+    with server.http(alice) as c:
+        kinds = [e["event"] for e in c.get(f"/v1/jobs/{job_id}/events").json()]
+    assert job["state"] == "running" and "idle_warning" not in kinds, (job, kinds)
+    server.cli("cancel", job_id, token=alice)
+
+
 @pytest.mark.skipif(
     shutil.which("sshd") is None and not shutil.os.path.exists("/usr/sbin/sshd"),
     reason="needs sshd: Debian openssh-server",

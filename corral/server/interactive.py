@@ -213,6 +213,10 @@ class Interactive:
         self.proxy_url = proxy_url.rstrip("/")
         self._secret = _secret(state_dir / "interactive.key")
         self.ports = store.ports()  # job id -> (node, name -> port)
+        # Activity seen before this process began (a restart of corral up) is not known: a job
+        # started before then has its idle clock start here, so one in use is not culled for
+        # the restart (at worst one idle all along gets a timeout more).
+        self.began = time.time()
         self._stored = set(self.ports)  # jobs with rows in the ports table
         self._active: dict[str, float] = {}  # job id -> last activity seen (wall clock)
         self._streams: dict[str, int] = {}  # job id -> open tunnels (ssh) through the proxy
@@ -429,7 +433,7 @@ class Interactive:
         for row, att, placed in rows:
             if att is None or att.state == "terminating":
                 continue
-            self.mark(row.id, att.started_at)
+            self.mark(row.id, max(att.started_at, self.began))
             template = self.template_of(row.spec)
             self._probe_ready(row, template)
             if template is not None and template.ready is not None and row.id not in self._ready:
