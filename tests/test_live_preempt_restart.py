@@ -10,6 +10,7 @@ Whatever happens to the control plane meanwhile, ops's job must not start before
 
 from __future__ import annotations
 
+import sqlite3
 import time
 
 import pytest
@@ -106,6 +107,11 @@ def test_a_preemptor_keeps_its_pick_when_corral_up_is_killed_in_the_grace_period
     server.start()
     p_start, x_start = _starts(server, p, x)
     assert x_start >= p_start
+    # The store named p as the victims' preemptor; its pick ended when it started.
+    with sqlite3.connect(server.state / "corral.db") as db:
+        named = db.execute("SELECT DISTINCT preemptor FROM attempts WHERE preemptor IS NOT NULL")
+        assert [r[0] for r in named] == [p]
+        assert db.execute("SELECT id FROM jobs WHERE first_pick").fetchall() == []
 
 
 def test_a_preemptor_keeps_its_pick_across_a_quota_reload(live_servers):
@@ -122,3 +128,5 @@ def test_a_preemptor_whose_guarantee_a_reload_takes_away_loses_its_pick(live_ser
     _reload(server, _quota(vision=0.1))  # vision now guaranteed 0.5: the reclaim is not owed
     p_start, x_start = _starts(server, p, x)
     assert x_start < p_start
+    with sqlite3.connect(server.state / "corral.db") as db:
+        assert db.execute("SELECT first_pick FROM jobs WHERE id = ?", (p,)).fetchone() == (0,)
