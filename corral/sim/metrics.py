@@ -34,7 +34,7 @@ import csv
 import gc
 import json
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -463,12 +463,16 @@ def analyse(
     infos: Mapping[str, JobInfo],
     capacity: Mapping[str, int],
     guarantees: Mapping[str, Mapping[str, float]],
+    swept: Callable[[Series], object] | None = None,
 ) -> Analysis:
-    """The job table, the time series and the summary, from one sweep of the log."""
+    """The job table, the time series and the summary, from one sweep of the log; `swept` is
+    given the time series as soon as it is made (charts can be drawn from it meanwhile)."""
     with no_cyclic_gc():
         replay = _Replay(infos).run(events)
+        series = replay.series(sum(capacity.values()))
+        if swept is not None:
+            swept(series)
         rows = replay.rows()
-    series = replay.series(sum(capacity.values()))
     t0 = min((r.submit for r in rows), default=0.0)
     finishes = [r.finish for r in rows if r.finish is not None]
     end = max(finishes) if finishes else replay.last_t

@@ -43,6 +43,7 @@ from corral.sim.engine import SimOptions, SimResult, Simulator
 from corral.sim.metrics import (
     Analysis,
     JobInfo,
+    Series,
     analyse,
     fmt_seconds,
     infos_from_jobs,
@@ -284,9 +285,11 @@ def simulate(
     options: SimOptions,
     progress: Callable[[int], None] | None = None,
     replayed: Callable[[SimResult], object] | None = None,
+    swept: Callable[[SimResult, Series], object] | None = None,
 ) -> PolicyRun:
-    """Run one policy over the workload and summarise it; `replayed` is called with the
-    engine's result before the summary is computed. Summary extras: policy, cycles,
+    """Run one policy over the workload and summarise it. `replayed` is given the engine's
+    result as soon as the engine is done, `swept` that and the time series as soon as the
+    metrics have it (see run_policies). Summary extras: policy, cycles,
     stalls (instants where the policy kept preempting and the engine moved the clock on),
     sim_end_time, sim_wall_s and sim_jobs_per_s (jobs per second of engine time)."""
     policy = load_policy(config)
@@ -296,7 +299,13 @@ def simulate(
     wall = time.perf_counter() - began
     if replayed is not None:
         replayed(result)
-    analysis = analyse(result.events, workload.infos, result.capacity, result.guarantees)
+    analysis = analyse(
+        result.events,
+        workload.infos,
+        result.capacity,
+        result.guarantees,
+        None if swept is None else lambda series: swept(result, series),
+    )
     analysis.summary = {
         "policy": config.policy,
         **analysis.summary,
@@ -325,22 +334,37 @@ def run_policies(
     """Run each policy and write its files (`write_run`), then the comparison
     (`write_comparison`). Several policies run in parallel processes, at most `processes`
     (default: the CPUs this process may use) at once, with the same outputs as one after
-    another; progress bars are for runs in this process only. When the runs go one after
-    another here and there is a spare CPU, plots are drawn aside (see Drawer) and each event
-    log is written aside while the metrics are computed (see EventsWriter)."""
+    another; progress bars are for runs in this process only.
+
+    When the runs go one after another here and there is a spare CPU, the outputs are a
+    pipeline beside the metrics, whose time is the command's: plots are drawn in a process
+    beside this one (see Drawer) from as soon as the time series is made, and the event log
+    and the job table are written by forked processes (see Aside)."""
     several = len(configs) > 1
     cpus = usable_cpus()
     workers = min(len(configs), processes or cpus)
     spare = workers == 1 and cpus > 1
-    with Drawer(spare and outputs.out is not None) as drawer:
+    with Drawer(spare and outputs.out is not None) as drawer, Aside(spare) as aside:
 
         def run_and_write(config: SchedulerConfig, here: bool) -> Report:
-            bar = progress(config.policy) if progress is not None and here else nullcontext(None)
+            if not here:  # a process of its own per policy: all in turn there
+                return write_run(simulate(workload, config, options), outputs, several)
+            bar = progress(config.policy) if progress is not None else nullcontext(None)
             paths = event_paths(config.policy, outputs, several)
-            with EventsWriter(paths, spare and here) as events:
-                with bar as update:
-                    run = simulate(workload, config, options, update, events.write)
-                return write_run(run, outputs, several, drawer if here else None, events=False)
+
+            def replayed(result: SimResult) -> None:
+                if paths:
+                    aside.run(write_events, result.events, *paths)
+
+            def swept(result: SimResult, series: Series) -> None:
+                if outputs.out is not None:
+                    draw_policy_plots(
+                        series, result, policy_dir(outputs.out, config.policy), drawer
+                    )
+
+            with bar as update:
+                run = simulate(workload, config, options, update, replayed, swept)
+            return write_run(run, outputs, several, drawer, aside, early=True)
 
         reports = in_processes(run_and_write, configs, workers)
         written = [path for report in reports for path in report.written]
@@ -381,50 +405,49 @@ class Drawer:
                 self._pool.shutdown(cancel_futures=True)
 
 
-class EventsWriter:
-    """Writes an event log to its files (write_events) when `write` is given the engine's
-    result: here, or, `aside`, in a forked process, which has the log as it is while this one
-    goes on (computing the metrics from it). Leaving the context waits for the files (and
-    raises what writing them raised)."""
+class Aside:
+    """Runs functions in forked processes, one each, started at once: each has this process's
+    memory as it is then, so what it is given (a whole event log) is not copied through a
+    pipe; this process lets go of it once that one is done. Here instead when not `enabled`
+    or where fork is missing. Leaving the context waits for them all (and raises what one
+    raised). One at a time."""
 
-    def __init__(self, paths: Sequence[Path], aside: bool = False) -> None:
-        self.paths = list(paths)
-        self.aside = aside and "fork" in multiprocessing.get_all_start_methods()
-        self._pool: ProcessPoolExecutor | None = None
-        self._written: Future | None = None
+    def __init__(self, enabled: bool = False) -> None:
+        self.enabled = enabled and "fork" in multiprocessing.get_all_start_methods()
+        self._pools: list[ProcessPoolExecutor] = []
+        self._done: list[Future] = []
 
-    def write(self, result: SimResult) -> None:
-        if not self.paths:
+    def run(self, task: Callable[..., object], *args: Any) -> None:
+        if not self.enabled:
+            task(*args)
             return
-        if not self.aside:
-            write_events(result.events, *self.paths)
-            return
-        global _EVENTS_ASIDE
-        _EVENTS_ASIDE = (result.events, self.paths)  # what the forked process finds
-        self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))
-        self._written = self._pool.submit(_write_events_aside)
+        i = len(_ASIDE)
+        _ASIDE.append((task, args))  # what the forked process finds
+        pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))
+        self._pools.append(pool)
+        self._done.append(pool.submit(_run_aside, i))
+        self._done[-1].add_done_callback(lambda _: _ASIDE.__setitem__(i, None))
 
-    def __enter__(self) -> EventsWriter:
+    def __enter__(self) -> Aside:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        global _EVENTS_ASIDE
-        if self._pool is not None:
-            try:
-                if self._written is not None:
-                    self._written.result()
-            finally:
-                self._pool.shutdown(cancel_futures=True)
-                _EVENTS_ASIDE = None
+        try:
+            for future in self._done:
+                future.result()
+        finally:
+            for pool in self._pools:
+                pool.shutdown(cancel_futures=True)
+            _ASIDE.clear()
 
 
-_EVENTS_ASIDE: tuple[list[dict], list[Path]] | None = None  # (events, paths) for EventsWriter
+_ASIDE: list[tuple[Callable[..., object], tuple] | None] = []  # Aside's tasks, until done
 
 
-def _write_events_aside() -> None:
-    assert _EVENTS_ASIDE is not None
-    events, paths = _EVENTS_ASIDE
-    write_events(events, *paths)
+def _run_aside(i: int) -> None:
+    task = _ASIDE[i]
+    assert task is not None
+    task[0](*task[1])
 
 
 def _warm_up_plots() -> None:
@@ -507,7 +530,7 @@ def event_paths(policy: str, outputs: Outputs, several: bool) -> list[Path]:
     if outputs.events is not None:
         paths.append(per_policy_path(outputs.events, policy, several))
     if outputs.out is not None:
-        paths.append(Path(outputs.out) / safe_name(policy) / "events.jsonl")
+        paths.append(policy_dir(outputs.out, policy) / "events.jsonl")
     return paths
 
 
@@ -517,22 +540,34 @@ def write_summary_file(summary: dict[str, Any], path: str | Path) -> None:
     write_summary(summary, path)
 
 
-def write_policy_dir(
-    run: PolicyRun, directory: str | Path, drawer: Drawer | None = None, events: bool = True
-) -> Path:
-    """DIR/events.jsonl (unless `events` is false: written already), jobs.csv, summary.json,
-    utilisation.png, shares.png."""
+def policy_dir(out: str | Path, policy: str) -> Path:
+    return Path(out) / safe_name(policy)
+
+
+def draw_policy_plots(series: Series, result: SimResult, directory: Path, drawer: Drawer) -> None:
+    """DIR/utilisation.png and DIR/shares.png."""
     from corral.sim.plots import plot_shares, plot_utilisation
 
-    drawer = drawer or Drawer()
-    directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    series, result = run.analysis.series, run.result
     drawer.draw(plot_utilisation, series, directory / "utilisation.png")
     drawer.draw(plot_shares, series, result.guarantees, result.capacity, directory / "shares.png")
-    if events:
-        write_events(result.events, directory / "events.jsonl")
-    write_job_csv(run.analysis.rows, directory / "jobs.csv")
+
+
+def write_policy_dir(
+    run: PolicyRun,
+    directory: str | Path,
+    drawer: Drawer | None = None,
+    aside: Aside | None = None,
+    early: bool = False,
+) -> Path:
+    """DIR/jobs.csv, summary.json, utilisation.png, shares.png (the plots not when `early`:
+    drawn already, see run_policies). DIR/events.jsonl is write_run's."""
+    drawer, aside = drawer or Drawer(), aside or Aside()
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    if not early:
+        draw_policy_plots(run.analysis.series, run.result, directory, drawer)
+    aside.run(write_job_csv, run.analysis.rows, directory / "jobs.csv")
     write_summary(run.summary, directory / "summary.json")
     return directory
 
@@ -542,14 +577,15 @@ def write_run(
     outputs: Outputs,
     several: bool,
     drawer: Drawer | None = None,
-    events: bool = True,
+    aside: Aside | None = None,
+    early: bool = False,
 ) -> Report:
     """The files of one run that `outputs` asks for: its events and summary files (named per
     policy when there are several) and OUT/POLICY/ (see write_policy_dir); the event logs
-    (event_paths) unless `events` is false (written already)."""
+    (event_paths) and plots not when `early` (see run_policies)."""
     written: list[Path] = []
     paths = event_paths(run.name, outputs, several)
-    if events and paths:
+    if paths and not early:
         write_events(run.result.events, *paths)
     if outputs.events is not None:
         written.append(paths[0])
@@ -557,7 +593,7 @@ def write_run(
         written.append(per_policy_path(outputs.summary, run.name, several))
         write_summary_file(run.summary, written[-1])
     if outputs.out is not None:
-        write_policy_dir(run, Path(outputs.out) / safe_name(run.name), drawer, events=False)
+        write_policy_dir(run, policy_dir(outputs.out, run.name), drawer, aside, early)
     jcts = [r.jct for r in run.analysis.rows if r.jct is not None]
     return Report(run.name, run.summary, jcts, written)
 
