@@ -339,7 +339,9 @@ def run_policies(
     When the runs go one after another here and there is a spare CPU, the outputs are a
     pipeline beside the metrics, whose time is the command's: plots are drawn in a process
     beside this one (see Drawer) from as soon as the time series is made, and the event log
-    and the job table are written by forked processes (see Aside)."""
+    is written by a forked process (see Aside) while the metrics are computed. (The job table
+    stays here: written aside too, its copy-on-write cost more than it saved on a busy
+    machine, and on an idle one the charts, not the table, are what the command waits for.)"""
     several = len(configs) > 1
     cpus = usable_cpus()
     workers = min(len(configs), processes or cpus)
@@ -364,7 +366,7 @@ def run_policies(
 
             with bar as update:
                 run = simulate(workload, config, options, update, replayed, swept)
-            return write_run(run, outputs, several, drawer, aside, early=True)
+            return write_run(run, outputs, several, drawer, early=True)
 
         reports = in_processes(run_and_write, configs, workers)
         written = [path for report in reports for path in report.written]
@@ -554,20 +556,16 @@ def draw_policy_plots(series: Series, result: SimResult, directory: Path, drawer
 
 
 def write_policy_dir(
-    run: PolicyRun,
-    directory: str | Path,
-    drawer: Drawer | None = None,
-    aside: Aside | None = None,
-    early: bool = False,
+    run: PolicyRun, directory: str | Path, drawer: Drawer | None = None, early: bool = False
 ) -> Path:
     """DIR/jobs.csv, summary.json, utilisation.png, shares.png (the plots not when `early`:
     drawn already, see run_policies). DIR/events.jsonl is write_run's."""
-    drawer, aside = drawer or Drawer(), aside or Aside()
+    drawer = drawer or Drawer()
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     if not early:
         draw_policy_plots(run.analysis.series, run.result, directory, drawer)
-    aside.run(write_job_csv, run.analysis.rows, directory / "jobs.csv")
+    write_job_csv(run.analysis.rows, directory / "jobs.csv")
     write_summary(run.summary, directory / "summary.json")
     return directory
 
@@ -577,7 +575,6 @@ def write_run(
     outputs: Outputs,
     several: bool,
     drawer: Drawer | None = None,
-    aside: Aside | None = None,
     early: bool = False,
 ) -> Report:
     """The files of one run that `outputs` asks for: its events and summary files (named per
@@ -593,7 +590,7 @@ def write_run(
         written.append(per_policy_path(outputs.summary, run.name, several))
         write_summary_file(run.summary, written[-1])
     if outputs.out is not None:
-        write_policy_dir(run, policy_dir(outputs.out, run.name), drawer, aside, early)
+        write_policy_dir(run, policy_dir(outputs.out, run.name), drawer, early)
     jcts = [r.jct for r in run.analysis.rows if r.jct is not None]
     return Report(run.name, run.summary, jcts, written)
 
