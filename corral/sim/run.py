@@ -380,7 +380,8 @@ class Drawer:
     matplotlib and draws a first figure (see plots.warm_up) while the engine runs, and draws
     the charts while this process writes the other files.
     Leaving the context waits for every plot (and raises what drawing one raised). Make it
-    before any thread starts (a progress bar's), and fork nothing else while it is open."""
+    before any thread starts (a progress bar's); a process forked while it is open (Aside)
+    may use nothing its threads could be holding: writing files is fine."""
 
     def __init__(self, aside: bool = False) -> None:
         self._pool: ProcessPoolExecutor | None = None
