@@ -40,9 +40,11 @@ from corral.policies.fair_memos import (
     _Giver,
     _givers,
     _kept,
+    _note_unfreed,
     _outrank_failed,
     _reclaim_failed,
     freed_by,
+    reclaim_key,
 )
 from corral.policies.fair_walk import (
     ACT,
@@ -313,11 +315,12 @@ class Fair(Policy):
         # fails again later in the cycle: capacity and candidates only shrink as it goes on.
         shape, memo = job.shape, cycle.policy_memo(FairCycleMemo)
         if memo.reclaim and cycle.within_guarantee(job):
-            if (job.project, shape) not in memo.reclaim_failed:
+            key = reclaim_key(cycle, job)
+            if key not in memo.reclaim_failed:
                 found = self._reclaim(cycle, job)
                 if found:
                     return found
-                memo.reclaim_failed.add((job.project, shape))
+                memo.reclaim_failed.add(key)
             elif memos.CHECKING:
                 memos.same("fair reclaim failed", None, self._take_back(cycle, job))
         attempt = (job.project, shape, job.priority)
@@ -357,8 +360,7 @@ class Fair(Policy):
         # Each project's victims within its budget (above its guarantee) did not make room:
         # try them all, in victim order, and keep the set if it respects the guarantees.
         if not self._may_free_wide(cycle, job):
-            unfreed = cycle.policy_memo(FairCycleMemo).now(cycle).unfreed
-            unfreed[size] = job.gang  # (fewer than any: else short)
+            _note_unfreed(cycle, size, job)  # (fewer workers than any: else short)
             return None
         return self._take_back(cycle, job, wide=True)
 

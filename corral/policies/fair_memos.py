@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 from corral.core import memos
 from corral.core.cycle import Cycle
 from corral.core.memos import PolicyMemo, Touched
-from corral.core.model import Running
+from corral.core.model import Job, Running
 from corral.core.pending import Shape
 from corral.core.queues import SortedQueue, inner
+from corral.core.reserve import outlasts
 from corral.core.snapshot import Snapshot
 
 
@@ -50,10 +51,36 @@ def _found_short(cycle: Cycle, size: tuple[str, int, bool], workers: int) -> boo
     return cycle.policy_memo(FairCycleMemo).now(cycle).unfreed.get(size, workers + 1) <= workers
 
 
+def _note_unfreed(cycle: Cycle, size: tuple[str, int, bool], job: Job) -> None:
+    """Remember that a reclaim for the job found too little room, if more workers of its size
+    would surely find too little as well: the job is `_plain` (one that is not may fail where
+    a larger plain one fits)."""
+    if _plain(cycle, job):
+        cycle.policy_memo(FairCycleMemo).now(cycle).unfreed[size] = job.gang
+
+
+def _plain(cycle: Cycle, job: Job) -> bool:
+    """Not exclusive, and its workers may go to any domain (one each, or one domain of the
+    type): of all jobs of its shape, the easiest to place."""
+    r = job.resources
+    anywhere = r.workers == 1 or len(cycle.snap.cluster.typed_domains.get(r.accelerator, {})) == 1
+    return anywhere and not r.exclusive
+
+
+def reclaim_key(cycle: Cycle, job: Job) -> tuple:
+    """What a reclaim's outcome depends on in a cycle: the project, the shape, how the workers
+    are placed (`_plain` or not), and whether the job may use capacity held for the
+    reservation (two jobs alike in all this fare alike)."""
+    r = job.resources
+    how = True if _plain(cycle, job) else (r.workers, r.exclusive)
+    return (job.project, job.shape, how, outlasts(cycle, job))
+
+
 def _reclaim_failed(cycle: Cycle, project: str, shape: Shape) -> bool:
-    """Has a reclaim for a job of the project and shape failed in this cycle, or one for
-    no more workers of the size found no room (for jobs of any length) since it last changed?"""
-    if (project, shape) in cycle.policy_memo(FairCycleMemo).reclaim_failed:
+    """Has a reclaim for a plain job of the project and shape that may use held capacity
+    failed in this cycle (then one for any job of the shape would), or one for no more workers
+    of the size found no room (for jobs of any length) since it last changed?"""
+    if (project, shape, True, False) in cycle.policy_memo(FairCycleMemo).reclaim_failed:
         return True
     accel, per_worker, workers = shape
     return _found_short(cycle, (accel, per_worker, False), workers)
@@ -139,7 +166,7 @@ class FairCycleMemo(PolicyMemo):
         self.reclaim = False  # in the first pass (set by `order`): reclaim is allowed
         # Victim searches that failed: they fail again for the rest of the cycle (capacity
         # and candidates only shrink). Reclaim per project and shape; outrank, and priority.
-        self.reclaim_failed: set[tuple[str, Shape]] = set()
+        self.reclaim_failed: set[tuple] = set()  # of reclaim_key
         self.outrank_failed: set[tuple[str, Shape, int]] = set()
         # Until the cycle changes (`at`: Cycle.changes when made, see `now`): per
         # (accelerator, per_worker, long), the fewest workers a reclaim found too little

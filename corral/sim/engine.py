@@ -228,12 +228,17 @@ class Simulator:
             return
         for _ in range(MAX_CYCLES_PER_INSTANT):
             last = self._last = run_cycle(self.snap, policy)
+            self.snap.preemptors.clear()  # each had its first pick (its victims were gone)
             decision = last.decision
             self.cycles += 1
             for start in decision.starts:
                 self._start(start.job_id, start.nodes, now)
             for preempt in decision.preemptions:
                 self._preempt(preempt.job_id, preempt.reason, now)
+                # What the victims free is the preemptor's (DESIGN.md §3.9): the next cycle
+                # starts it before the order, which may put another job first (live: the store
+                # keeps it until a cycle has given it its pick).
+                self.snap.preemptors.add(preempt.preemptor)
             if decision.wake_at is not None:
                 self._wake(decision.wake_at)
             if not decision.preemptions:
