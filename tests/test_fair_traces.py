@@ -174,6 +174,22 @@ def test_a_head_job_too_big_for_the_guarantee_does_not_hold_back_its_projects_re
 # --- capacity held while victims stop (DESIGN.md §3.9) ------------------------------------------
 
 
+def test_the_simulator_gives_a_preemptor_first_pick_of_what_its_victims_freed():
+    # 6 GPUs on one node; guarantees p, r, w 2 each. w holds 3 (w1, protected for 1 h), r 1,
+    # p 2 (l1, l2, priority 0). r's rj (1 GPU, within r's guarantee, first in bastion
+    # order) finds no room and nothing to reclaim; at t=10 p's pj (priority 5) preempts l1 or l2.
+    # In the next cycle at that instant rj would come first and take the GPU freed, and pj
+    # would preempt the other too: the preemptor has first pick, as live (DESIGN.md §3.9).
+    q = quota({"p": {"gpu": 1}, "r": {"gpu": 1}, "w": {"gpu": 1}})
+    q += '[project_preempt_min_runtime]\nw = "1h"\n'
+    jobs = [job("w1", "w", 3, duration=LONG), job("r1", "r", 1, duration=LONG)]
+    jobs += [job(f"l{i}", "p", 1, duration=LONG) for i in (1, 2)]
+    jobs += [job("rj", "r", 1, submit=9), job("pj", "p", 1, submit=10, priority=5)]
+    r = run_checked({"cluster": "1x6:gpu", "quota": q, "jobs": jobs})
+    assert len(preempted(r)) == 1, show(r)
+    assert start_of(r, "pj")[0] == 10 and start_of(r, "rj")[0] > 10, show(r)
+
+
 def test_a_preemptor_keeps_what_its_first_victim_freed_while_the_other_stops():
     # One 8-GPU node; guarantees vision 4, ops 2, nlp 2. nlp holds it all (n1..n4, 2 GPUs
     # each). vision's P (4 GPUs) reclaims n4 and n3; live, n4 stops at once and n3 takes its
