@@ -38,7 +38,6 @@ from corral.crypt.format import (
     read_range,
     sealed_whole,
 )
-from corral.crypt.s3io import read_whole, s3_under
 
 COPY_CHUNK = 8 << 20
 HEADER_CACHE = 100_000  # headers remembered (about 0.5 KiB each)
@@ -168,8 +167,8 @@ class EncryptedFileSystem(ChainedFileSystem):
         if not start and end is None:  # the whole object: one read, as a plain one takes
             if _is_local(self.fs):
                 return self._read_local(path)
-            if s3 := s3_under(self.fs):
-                return read_whole(s3[0], s3[1](path), lambda header: self._cipher(path, header))
+            if s3 := s3io.s3_under(self.fs):
+                return s3io.read_whole(s3[0], s3[1](path), lambda header: self._cipher(path, header))
             blob = self.fs.cat_file(path, **kwargs)
             header = parse_header(blob, path)
             if header is None:
@@ -185,7 +184,7 @@ class EncryptedFileSystem(ChainedFileSystem):
     ) -> Iterator[memoryview]:
         """Plaintext [start, end) of an encrypted object, `batch` segments at a time: from
         S3, one GET decrypted as it arrives; elsewhere, one ranged read per batch."""
-        if start < end and (s3 := s3_under(self.fs)):
+        if start < end and (s3 := s3io.s3_under(self.fs)):
             return s3io.read_range(cipher, s3[0], s3[1](path), size, start, end, batch)
         fetch = partial(_cat_range, self.fs, path)
         return read_range(cipher, fetch, size, start, end, batch)
@@ -370,7 +369,7 @@ class AtomicWriter:
             os.makedirs(folder, exist_ok=True)
             fd, self._temp = tempfile.mkstemp(dir=folder, prefix=f".{name}.")
             self._file = os.fdopen(fd, "wb")
-        elif (s3 := s3_under(fs)) and not kwargs:  # parts upload while the next fills
+        elif (s3 := s3io.s3_under(fs)) and not kwargs:  # parts upload while the next fills
             self._file = s3io.S3Upload(s3[0], s3[1](path))
         else:
             self._file = fs.open(path, "wb", **kwargs)

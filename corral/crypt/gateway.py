@@ -43,7 +43,7 @@ from corral.crypt.fs import AtomicWriter, EncryptedFileSystem
 STAGING = ".corral-uploads/"  # multipart parts wait here, inside their bucket, encrypted
 PIECE = 8 << 20  # plaintext per read from the backend, for plaintext objects
 FEED = 1 << 20  # request body gathered before a write: fewer thread hops per object
-WRITE_BLOCK = 16 << 20  # the s3 backend's upload part size (its buffer per upload)
+WRITE_BLOCK = 16 << 20  # s3fs's block for its own files (writes go through s3io.S3Upload)
 
 
 class S3Error(Exception):
