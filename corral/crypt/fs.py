@@ -168,7 +168,8 @@ class EncryptedFileSystem(ChainedFileSystem):
             if _is_local(self.fs):
                 return self._read_local(path)
             if s3 := s3io.s3_under(self.fs):
-                return s3io.read_whole(s3[0], s3[1](path), lambda header: self._cipher(path, header))
+                s3fs, full = s3
+                return s3io.read_whole(s3fs, full(path), lambda head: self._cipher(path, head))
             blob = self.fs.cat_file(path, **kwargs)
             header = parse_header(blob, path)
             if header is None:
