@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 from bench_core import CLUSTER, make_jobs, make_quota
+from philly import DEFAULT_TRACE
 
 from corral.core.decide import decide
 from corral.formats import parse_cluster_shorthand
@@ -42,13 +43,6 @@ from corral.formats.durations import parse_duration
 from corral.policies import load_policy
 from corral.sim.forecast import WhatIf, declare_runtimes, error_figures
 from corral.sim.run import WorkloadSpec, build_workload, policy_configs
-
-REPO = Path(__file__).resolve().parent.parent
-# shared/ next to the repository, or next to a folder above it (a worktree in a subfolder)
-DEFAULT_TRACE = next(
-    (d / "shared/traces/philly/philly.csv" for d in REPO.parents if (d / "shared").is_dir()),
-    REPO.parent / "shared/traces/philly/philly.csv",
-)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from philly import DEFAULT_TRACE
+
 from corral.formats import parse_duration
 from corral.policies import load_policy
 from corral.sim.engine import SimOptions
@@ -34,12 +36,6 @@ from corral.sim.metrics import fmt_seconds
 from corral.sim.quality import Quality, audit
 from corral.sim.run import WorkloadSpec, build_workload, in_processes, policy_configs, simulate
 
-REPO = Path(__file__).resolve().parent.parent
-# shared/ next to the repository, or next to a folder above it (a worktree in a subfolder)
-DEFAULT_TRACE = next(
-    (d / "shared/traces/philly/philly.csv" for d in REPO.parents if (d / "shared").is_dir()),
-    REPO.parent / "shared/traces/philly/philly.csv",
-)
 POLICIES = "fair,fifo,las,srtf"
 SHORT_S = 60.0
 

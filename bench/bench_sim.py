@@ -32,6 +32,8 @@ import hashlib
 import sys
 from pathlib import Path
 
+from philly import DEFAULT_TRACE
+
 from corral.core import cycle
 from corral.sim.engine import SimOptions
 from corral.sim.metrics import job_table
@@ -44,8 +46,6 @@ from corral.sim.run import (
     simulate,
 )
 
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_TRACE = REPO / ".." / "shared" / "traces" / "philly" / "philly.csv"
 POLICIES = "fair,fifo,las,srtf"
 TOLERANCE = 1e-6  # relative; sums of ~10^5 floats of up to ~10^6 s
 

@@ -31,14 +31,9 @@ import time
 from pathlib import Path
 from statistics import median
 
-from corral.core import cycle
+from philly import DEFAULT_TRACE
 
-REPO = Path(__file__).resolve().parent.parent
-# shared/ next to the repository, or next to a folder above it (a worktree in a subfolder)
-DEFAULT_TRACE = next(
-    (d / "shared/traces/philly/philly.csv" for d in REPO.parents if (d / "shared").is_dir()),
-    REPO.parent / "shared/traces/philly/philly.csv",
-)
+from corral.core import cycle
 
 
 def main(argv: list[str] | None = None) -> int:
