@@ -285,3 +285,45 @@ def test_the_fair_share_keys_are_durations_with_defaults():
     bad = quota({"a": {"gpu": 1}}, extra='[scheduler]\naging_limit = "later"\n')
     with pytest.raises(Exception, match=r"aging_limit: must be a duration"):
         parse_quota(bad)
+
+
+def test_jobs_behind_a_head_that_may_reserve_reclaim_beside_its_reservation():
+    # 2 nodes x 8; guarantees p 8, q 8. q borrows 12 (q1 a whole node, q2 4 GPUs beside p's
+    # p0). p's head job big (8 GPUs: p would hold 12 of its 8) may hold the reservation (it
+    # alone fits in the guarantee), so it ends p's first pass; small behind it (2 GPUs, within
+    # p's guarantee) reclaims in the second, beside big's reservation: not q1, the job big
+    # waits for, but q2 (q keeps its 8). big keeps the reservation and starts when q1 ends.
+    q = quota({"p": {"gpu": 1}, "q": {"gpu": 1}})
+    jobs = [
+        job("q1", "q", 8, submit=0, duration=2000),
+        job("p0", "p", 4, submit=1, duration=LONG),
+        job("q2", "q", 4, submit=2, duration=LONG),
+        job("big", "p", 8, submit=400, duration=100),
+        job("small", "p", 2, submit=400, duration=100),
+    ]
+    r = run_checked({"cluster": "2x8:gpu", "quota": q, "jobs": jobs})
+    assert preempted(r) == [(400, "q2")], show(r)
+    assert start_of(r, "small") == (400, ["gpu-1"]), show(r)
+    assert start_of(r, "big") == (2000, ["gpu-0"]), show(r)
+
+
+def test_a_reclaim_does_not_take_the_place_of_a_job_a_reservation_waits_for():
+    # 2 nodes x 8; guarantees p, q, r, a 4 each. q borrows: q3 (4 GPUs on gpu-0, beside r's r1)
+    # and q1 (a whole node, gpu-1, started last, ends by its max_runtime). a's a1 (8 GPUs)
+    # passes the aging limit (10 min) and holds the reservation: gpu-1, when q1 ends. p's
+    # small (within p's guarantee, no max_runtime) reclaims: q1 comes first in victim order
+    # (most recently started), but it is the job a1 waits for, and small would sit in its
+    # place: q3 instead.
+    q = quota({"p": {"gpu": 1}, "q": {"gpu": 1}, "r": {"gpu": 1}, "a": {"gpu": 1}})
+    jobs = [
+        job("q3", "q", 4, submit=0, duration=LONG),
+        job("r1", "r", 4, submit=0, duration=LONG),
+        job("q1", "q", 8, submit=1, duration=2000, max_runtime=2000),
+        job("a1", "a", 8, submit=2, duration=100),
+        job("small", "p", 2, submit=700, duration=100),
+    ]
+    scenario = {"cluster": "2x8:gpu", "quota": q, "scheduler": {"aging_limit": "10m"}}
+    r = run_checked({**scenario, "jobs": jobs})
+    assert preempted(r) == [(700, "q3")], show(r)
+    assert start_of(r, "small") == (700, ["gpu-0"]), show(r)
+    assert start_of(r, "a1") == (2001, ["gpu-1"]), show(r)

@@ -59,7 +59,11 @@ class Plain(Fair):
             first = queue.pop()
             beyond = first.id not in seen and within and not cycle.within_guarantee(first)
             if beyond and self.may_reserve(cycle, first):
-                continue  # the project's first pass ends here (else it is passed over)
+                # The project's first pass ends here (else it is passed over); the jobs
+                # behind may reclaim in the second.
+                if self._plain_has_room(cycle, project):
+                    cycle.policy_memo(FairCycleMemo).deferred.add(project)
+                continue
             acts = (progress and self._may_act(cycle, first)) or (
                 cycle.reserver is None and self.may_reserve(cycle, first)
             )
@@ -81,9 +85,11 @@ class Plain(Fair):
         return self._take_back(cycle, job, wide=True)
 
     def _progress(self, cycle: Cycle, project: str) -> bool:
+        memo = cycle.policy_memo(FairCycleMemo)
         return (
             self._plain_fits(cycle, project)
-            or (cycle.policy_memo(FairCycleMemo).reclaim and self._plain_has_room(cycle, project))
+            or (memo.reclaim and self._plain_has_room(cycle, project))
+            or (project in memo.deferred and self._may_reclaim(cycle, project))
             or self._plain_outranks(cycle, project)
         )
 

@@ -27,11 +27,18 @@ class Reservation:
     nodes: tuple[int, ...]  # where the job will start
     due: float | None  # when the capacity is expected to be there; None: not known
     held: dict[int, int]  # node -> accelerators that jobs outlasting `due` may not take
+    waits_for: set[str]  # the running jobs it waits for (released by the plan)
 
     def __init__(
-        self, job: Job, nodes: tuple[int, ...], due: float | None, held: dict[int, int]
+        self,
+        job: Job,
+        nodes: tuple[int, ...],
+        due: float | None,
+        held: dict[int, int],
+        waits_for: set[str] | None = None,
     ) -> None:
         self.job, self.nodes, self.due, self.held = job, nodes, due, held
+        self.waits_for = set() if waits_for is None else waits_for
 
 
 class Cycle:

@@ -8,7 +8,7 @@ when freeing every allowed candidate would still not make room (no useless preem
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from corral.core.cycle import Cycle
@@ -76,10 +76,14 @@ def find_victims(cycle: Cycle, job: Job, candidates: Iterable[Running]) -> Preem
     """The smallest prefix-then-pruned set of candidates whose release lets `job` fit.
 
     Capacity held for a reservation stays held: preempting to land on it would be useless.
-    What jobs already stopping will release, and nobody was promised, counts as free.
+    Nor does a job outlasting the reservation preempt one of the running jobs the reservation
+    waits for: it would take their place (DESIGN.md §3.6). What jobs already stopping will release,
+    and nobody was promised, counts as free.
     """
     probe = cycle.probe(released=True)
     long = outlasts(probe, job)
+    if long:
+        candidates = not_awaited(probe, candidates)
     chosen: list[Running] = []
     nodes = None
     # Worker slots are counted on the side; the candidates are put on the probe (and a
@@ -103,6 +107,13 @@ def find_victims(cycle: Cycle, job: Job, candidates: Iterable[Running]) -> Preem
         else:
             probe.release(run)
     return Preemption(chosen, nodes)
+
+
+def not_awaited(cycle: Cycle, runs: Iterable[Running]) -> Iterator[Running]:
+    """The runs the cycle's reservation does not wait for."""
+    res = cycle.reservation
+    assert res is not None
+    return (run for run in runs if run.job.id not in res.waits_for)
 
 
 def could_free_room(cycle: Cycle, job: Job, runs: Iterable[Running]) -> bool:

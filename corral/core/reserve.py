@@ -24,7 +24,8 @@ def plan_reservation(cycle: Cycle, job: Job) -> Reservation | None:
     memoised = not cycle.releasing
     memo = cycle.snap.memos.plan
     if memoised and memo is not None and _same_plan(cycle, job, memo):
-        kept = Reservation(job, memo.nodes, _due(cycle, memo.releases), memo.held)
+        waits = _waits_for(memo.releases, memo.nodes)
+        kept = Reservation(job, memo.nodes, _due(cycle, memo.releases), memo.held, waits)
         if memos.CHECKING:
             fresh = _plan(cycle, job, [])
             memos.same("reservation plan", _plan_of(kept), _plan_of(fresh))
@@ -50,7 +51,14 @@ def _plan(cycle: Cycle, job: Job, released: list[Running]) -> Reservation | None
         nodes = _after_releases(cycle, probe, job, released)
         if nodes is None:
             return None
-    return Reservation(job, nodes, _due(cycle, released), _held(cycle, probe, job, nodes))
+    held = _held(cycle, probe, job, nodes)
+    return Reservation(job, nodes, _due(cycle, released), held, _waits_for(released, nodes))
+
+
+def _waits_for(released: list[Running], nodes: tuple[int, ...]) -> set[str]:
+    """The released jobs that free room where the job will go: those it waits for."""
+    where = set(nodes)
+    return {run.job.id for run in released if not where.isdisjoint(run.nodes)}
 
 
 def _due(cycle: Cycle, released: list[Running]) -> float | None:

@@ -80,10 +80,12 @@ class Fair(Policy):
     def order(self, cycle: Cycle) -> Iterator[Job]:
         # Each project's jobs that keep it within its guarantee go first (a job beyond it that
         # may not reserve, a head too big for the guarantee say, does not hold back the ones
-        # behind it), then everything else, each pass in bastion order. Reclaim happens only in
-        # the first pass, where the preemptor is sure to be first in line for the capacity it
-        # frees; otherwise a borrower ranked ahead of it could take that capacity back, and the
-        # two would trade places forever.
+        # behind it), then everything else, each pass in bastion order. Reclaim happens in the
+        # first pass, where the preemptor is sure to be first in line for the capacity it
+        # frees (else a borrower ranked ahead of it could take it back, and the two would
+        # trade places forever); and in the second for the jobs behind a head that ended its
+        # project's first pass (`deferred`): that head has had its turn at the reservation,
+        # which their placement and victims then leave alone (rule 6).
         seen: set[str] = set()
         memo = cycle.policy_memo(FairCycleMemo)
         memo.reclaim = True
@@ -142,6 +144,8 @@ class Fair(Policy):
                 verdict = PASS if job.id in seen else answers.verdict(job, within, progress)
                 if verdict == STOP:
                     keep = False
+                    if _has_room(cycle, project):  # (jobs behind it may reclaim in the second)
+                        cycle.policy_memo(FairCycleMemo).deferred.add(project)
                 elif verdict == ACT:
                     passed = 0
                     seen.add(job.id)
@@ -207,7 +211,7 @@ class Fair(Policy):
             return True
         shape = job.shape
         if (
-            cycle.policy_memo(FairCycleMemo).reclaim
+            _reclaiming(cycle, job.project)
             and not _reclaim_failed(cycle, job.project, shape)
             and cycle.within_guarantee(job)
         ):
@@ -252,7 +256,7 @@ class Fair(Policy):
     def _may_reclaim(self, cycle: Cycle, project: str) -> bool:
         """Might a job of the project reclaim now: in the first pass, within its guarantee,
         of a shape whose reclaim has not failed yet, with another project that has some to give?"""
-        if not cycle.policy_memo(FairCycleMemo).reclaim:
+        if not _reclaiming(cycle, project):
             return False
         snap = cycle.snap
         for accel, least in snap.pending.summary(project).least_demand.items():
@@ -314,7 +318,7 @@ class Fair(Policy):
         # A search that failed for a project and shape (reclaim), or also priority (outrank),
         # fails again later in the cycle: capacity and candidates only shrink as it goes on.
         shape, memo = job.shape, cycle.policy_memo(FairCycleMemo)
-        if memo.reclaim and cycle.within_guarantee(job):
+        if _reclaiming(cycle, job.project) and cycle.within_guarantee(job):
             key = reclaim_key(cycle, job)
             if key not in memo.reclaim_failed:
                 found = self._reclaim(cycle, job)
@@ -524,6 +528,18 @@ class Fair(Policy):
         after = cycle.held(job.project, job.accelerator) - freed + job.demand
         guarantee = cycle.snap.guarantee_of(job.project, job.accelerator)
         return within(after, 0, guarantee) or freed >= job.demand
+
+
+def _has_room(cycle: Cycle, project: str) -> bool:
+    """Has the project a pending job that keeps it within its guarantee, as the cycle goes?"""
+    least = cycle.snap.pending.summary(project).least_demand
+    return any(cycle.room_within(project, accel, need) for accel, need in least.items())
+
+
+def _reclaiming(cycle: Cycle, project: str) -> bool:
+    """May the project's jobs within its guarantee reclaim in this pass (see Fair.order)?"""
+    memo = cycle.policy_memo(FairCycleMemo)
+    return memo.reclaim or project in memo.deferred
 
 
 def _any_giver(snap: Snapshot) -> bool:

@@ -164,6 +164,9 @@ class FairCycleMemo(PolicyMemo):
 
     def __init__(self) -> None:
         self.reclaim = False  # in the first pass (set by `order`): reclaim is allowed
+        # Projects whose first pass a head that may reserve ended: in the second, their jobs
+        # within the guarantee behind it may reclaim (Fair.order).
+        self.deferred: set[str] = set()
         # Victim searches that failed: they fail again for the rest of the cycle (capacity
         # and candidates only shrink). Reclaim per project and shape; outrank, and priority.
         self.reclaim_failed: set[tuple] = set()  # of reclaim_key

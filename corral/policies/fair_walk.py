@@ -104,7 +104,8 @@ class _Answers:
         """Forget what the reclaim flag and failed victim searches decide."""
         self.reclaims: dict[str, bool] = {}
         self.act: dict[tuple, bool] = {}
-        self.reclaiming = self.cycle.policy_memo(FairCycleMemo).reclaim
+        memo = self.cycle.policy_memo(FairCycleMemo)
+        self.reclaiming, self.deferred = memo.reclaim, memo.deferred
 
     def key(self, project: str, head: Job) -> tuple:
         """The project's place in the heap with `head` as its next job."""
@@ -122,19 +123,21 @@ class _Answers:
         """The projects whose jobs may do anything in this pass. (What they may do only shrinks
         as the pass goes on, so a project left out now would be skipped later anyway.) First
         pass: those with room within their guarantee (no reserver is chosen yet); second:
-        those whose jobs may start or outrank."""
+        those whose jobs may start, reclaim or outrank, and those whose head ended their first
+        pass (it may take the reservation)."""
         if within:
             return self.cycle.snap.projects_with_room()
-        if not self.any_fit and not self.outranking:
+        if not self.any_fit and not self.outranking and not self.deferred:
             return ()
-        return [p for p in self.cycle.snap.pending.by_user if self.may_progress(p)]
+        deferred = self.deferred
+        return [p for p in self.cycle.snap.pending.by_user if p in deferred or self.may_progress(p)]
 
     def may_progress(self, project: str) -> bool:
         """Might any job of the project start, reclaim or outrank now? (Not memoised itself:
         its parts are, and it is mostly asked once between two yields.)"""
         return (
             self.may_fit(project)
-            or (self.reclaiming and self.may_reclaim(project))
+            or ((self.reclaiming or project in self.deferred) and self.may_reclaim(project))
             or (self.outranking and self.may_outrank(project))
         )
 

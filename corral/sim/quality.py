@@ -17,8 +17,10 @@ Definitions (docs/scheduling.md, Metrics):
   (P's holding plus J's demand is at most its guarantee), J would fit if one running job R
   were preempted, where R is preemptible, old enough for the policy (`preempt_min_runtime`)
   and belongs to another project that stays at or above its guarantee without R; and the
-  policy's decision starts no job of P and preempts nothing for one. An instant counts once
-  however many projects miss out.
+  policy's decision starts no job of P and preempts nothing for one. Rule 6 (DESIGN.md §3.6)
+  stands: if J outlasts the decision's reservation, J fits beside the capacity held for it,
+  and R is not a job the reservation waits for. An instant counts once however many
+  projects miss out.
 """
 
 from __future__ import annotations
@@ -28,11 +30,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from corral.core.cycle import Cycle
-from corral.core.decide import decide
+from corral.core.decide import run_cycle
 from corral.core.fit import place
 from corral.core.model import Job, Running
 from corral.core.policy import Policy
 from corral.core.preempt import eligible
+from corral.core.reserve import outlasts
 from corral.core.snapshot import Snapshot, within
 from corral.formats.types import Node, Quota, ScenarioJob
 from corral.sim.engine import core_job
@@ -104,11 +107,13 @@ def missed_reclaims(snap: Snapshot, policy: Policy) -> list[tuple[str, str, str,
     """(project, pending job, victim, behind its project's first job) for each project the
     decision on `snap` leaves out of a reclaim one preemption would allow (see the module
     docstring); one example each, the first such job in the queue."""
-    decision = decide(snap, policy)
+    ran = run_cycle(snap, policy, reasons=True)
+    decision = ran.decision
     pending = snap.pending.jobs
     served = {pending[s.job_id].project for s in decision.starts}
     served |= {pending[p.preemptor].project for p in decision.preemptions}
     cycle = Cycle(snap)
+    cycle.reservation = ran.cycle.reservation  # (what later jobs must leave alone)
     found = []
     for project, jobs in _pending_by_project(snap).items():
         if project in served:
@@ -135,11 +140,15 @@ def _pending_by_project(snap: Snapshot) -> dict[str, list[Job]]:
 
 def _one_victim_lets_in(cycle: Cycle, policy: Policy, job: Job) -> Running | None:
     snap = cycle.snap
+    long = outlasts(cycle, job)
+    awaited = cycle.reservation.waits_for if long and cycle.reservation else set()
     tried: set[tuple] = set()
     for run in snap.running.values():
         victim = run.job
         if victim.project == job.project or victim.accelerator != job.accelerator:
             continue
+        if victim.id in awaited:
+            continue  # its place is the reservation's
         if not eligible(cycle, run, policy.protection):
             continue
         held = cycle.held(victim.project, victim.accelerator)
@@ -151,7 +160,7 @@ def _one_victim_lets_in(cycle: Cycle, policy: Policy, job: Job) -> Running | Non
         tried.add(where)
         probe = cycle.probe()
         probe.release(run)
-        if probe.may_fit(job, False) and place(probe, job, False) is not None:
+        if probe.may_fit(job, long) and place(probe, job, long) is not None:
             return run
     return None
 
