@@ -82,6 +82,8 @@ class Plain(Fair):
             found = self._take_back(cycle, job)
             if found:
                 return found
+        if not cycle.policy_memo(FairCycleMemo).reclaim:
+            return None  # (the second pass takes victims within each project's budget only)
         return self._take_back(cycle, job, wide=True)
 
     def _progress(self, cycle: Cycle, project: str) -> bool:

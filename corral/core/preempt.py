@@ -8,7 +8,7 @@ when freeing every allowed candidate would still not make room (no useless preem
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from corral.core.cycle import Cycle
@@ -16,6 +16,7 @@ from corral.core.fit import place, place_unless_failed
 from corral.core.model import Job, Running
 from corral.core.reserve import outlasts
 from corral.core.slots import SlotCounter
+from corral.core.snapshot import share_ratio, within
 
 # Stability (DESIGN.md §3.9). An attempt is safe from preemption for its project's
 # preempt_min_runtime, never less than FIRST_CYCLE (so never in the cycle, or at the instant,
@@ -82,8 +83,9 @@ def find_victims(cycle: Cycle, job: Job, candidates: Iterable[Running]) -> Preem
     """
     probe = cycle.probe(released=True)
     long = outlasts(probe, job)
-    if long:
-        candidates = not_awaited(probe, candidates)
+    skip = awaited(probe, job)
+    if skip:
+        candidates = (run for run in candidates if run.job.id not in skip)
     chosen: list[Running] = []
     nodes = None
     # Worker slots are counted on the side; the candidates are put on the probe (and a
@@ -109,11 +111,41 @@ def find_victims(cycle: Cycle, job: Job, candidates: Iterable[Running]) -> Preem
     return Preemption(chosen, nodes)
 
 
-def not_awaited(cycle: Cycle, runs: Iterable[Running]) -> Iterator[Running]:
-    """The runs the cycle's reservation does not wait for."""
+def awaited(cycle: Cycle, job: Job) -> set[str]:
+    """The running jobs the cycle's reservation waits for, if `job` outlasts it: never its
+    victims, whose place it would take."""
     res = cycle.reservation
-    assert res is not None
-    return (run for run in runs if run.job.id not in res.waits_for)
+    return res.waits_for if res is not None and outlasts(cycle, job) else _NONE
+
+
+_NONE: set[str] = set()
+
+
+def guarantees_kept(cycle: Cycle, job: Job, victims: list[Running]) -> bool:
+    """Does each victim project keep its guarantee, or fall below it by less than one of
+    its victims while the preemptor's project stays further below its own (their
+    usage/guarantee ratios after the swap), so that neither can take it back (DESIGN.md
+    §3.7)? For any policy that takes capacity from other projects."""
+    accel, snap = job.accelerator, cycle.snap
+    freed: dict[str, int] = {}
+    smallest: dict[str, int] = {}
+    for run in victims:
+        project, demand = run.job.project, run.job.demand
+        freed[project] = freed.get(project, 0) + demand
+        smallest[project] = min(demand, smallest.get(project, demand))
+    mine = share_ratio(
+        cycle.held(job.project, accel) + job.demand, snap.guarantee_of(job.project, accel)
+    )
+    for project, amount in freed.items():
+        guarantee = snap.guarantee_of(project, accel)
+        after = cycle.held(project, accel) - amount
+        if within(0, guarantee, after):  # (after >= guarantee, rounding aside)
+            continue
+        if not within(0, guarantee, after + smallest[project] - 1e-6):
+            return False  # more than one job below
+        if share_ratio(after, guarantee) <= mine:
+            return False
+    return True
 
 
 def could_free_room(cycle: Cycle, job: Job, runs: Iterable[Running]) -> bool:
@@ -122,7 +154,8 @@ def could_free_room(cycle: Cycle, job: Job, runs: Iterable[Running]) -> bool:
     necessary condition (domains aside) to try before `find_victims`, whose walk costs a
     probe step per candidate."""
     counter = free_room_counter(cycle, job)
-    return counter.enough() or any(map(counter.release, runs))
+    skip = awaited(cycle, job)
+    return counter.enough() or any(counter.release(r) for r in runs if r.job.id not in skip)
 
 
 def free_room_counter(cycle: Cycle, job: Job) -> SlotCounter:

@@ -12,7 +12,6 @@ reservation; the longest-waiting aged job of a project that holds nothing is ask
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from heapq import heapify, heappop, heappushpop
 from itertools import takewhile
@@ -26,10 +25,12 @@ from corral.core.model import Job, Running
 from corral.core.policy import Policy, nothing_fits
 from corral.core.preempt import (
     Preemption,
+    awaited,
     could_free_room,
     eligible,
     find_victims,
     free_room_counter,
+    guarantees_kept,
 )
 from corral.core.reserve import outlasts
 from corral.core.snapshot import Snapshot, share_ratio, within
@@ -46,17 +47,8 @@ from corral.policies.fair_memos import (
     freed_by,
     reclaim_key,
 )
-from corral.policies.fair_walk import (
-    ACT,
-    PASS,
-    STOP,
-    _Answers,
-    _ProjectQueue,
-    _UserQueue,
-    queue_of,
-)
+from corral.policies.fair_walk import ACT, PASS, STOP, _Answers, _ProjectQueue, _UserQueue, queue_of
 
-INF = float("inf")
 JUMP_AFTER = 1  # jobs passed over in a row before a walk looks for the next one that matters
 
 
@@ -166,42 +158,9 @@ class Fair(Policy):
                 passed = 0
 
     def _next_stop(
-        self,
-        answers: _Answers,
-        queue: _UserQueue,
-        project: str,
-        bound: tuple | None,
-        within: bool,
+        self, answers: _Answers, queue: _UserQueue, project: str, bound: tuple | None, within: bool
     ) -> tuple | None:
-        """The queue key of the first job from the queue's head on that the walk would not
-        pass over before the heap's next entry, `bound`, comes first (None: no such job).
-        The jobs before it are passed over: no state changes, so nothing is lost."""
-        head = queue.head
-        assert head is not None and queue.shapes is not None
-        at = answers.cycle.snap.pending.keys[head.id]
-        stop: tuple | None = None
-        for jobs in queue.shapes.values():
-            found = jobs.first_from(at)
-            if found is None or (stop is not None and found[0] >= stop):
-                continue
-            first, job = found
-            if answers.verdict(job, within, True) != PASS:
-                stop = first  # it may act (or end the pass): looked at one by one
-                continue
-            if bound is None:
-                continue  # every job of the kind is passed over
-            part, other = answers.key(project, job)[:2], bound[:2]
-            if part < other:
-                continue  # all of the kind sort before the bound: passed over
-            if part > other:
-                stop = first  # the project waits behind the bound from this job on
-                continue
-            # The same share part: the submit time (then the project name) decides.
-            t = bound[2] if project > bound[3] else math.nextafter(bound[2], INF)
-            found = jobs.first_from(max(first, (first[0], t)))
-            if found is not None and (stop is None or found[0] < stop):
-                stop = found[0]
-        return stop
+        return answers.next_stop(queue, project, bound, within)  # (a hook for tests)
 
     def _may_act(self, cycle: Cycle, job: Job) -> bool:
         """Might the job start or preempt now? Cheap and conservative (domains aside), so
@@ -363,6 +322,9 @@ class Fair(Policy):
                 return found
         # Each project's victims within its budget (above its guarantee) did not make room:
         # try them all, in victim order, and keep the set if it respects the guarantees.
+        # (Not in the second pass: a search that mostly fails, asked in most cycles.)
+        if not cycle.policy_memo(FairCycleMemo).reclaim:
+            return None
         if not self._may_free_wide(cycle, job):
             _note_unfreed(cycle, size, job)  # (fewer workers than any: else short)
             return None
@@ -374,7 +336,7 @@ class Fair(Policy):
         in victim order until the job fits, the ones not needed given back, and the set kept
         if it leaves each victim project its guarantee (`_guarantees_kept`)."""
         found = find_victims(cycle, job, self._reclaimable(cycle, job, wide))
-        if found and wide and not self._guarantees_kept(cycle, job, found.victims):
+        if found and wide and not guarantees_kept(cycle, job, found.victims):
             return None
         if found:
             found.why = (
@@ -383,41 +345,17 @@ class Fair(Policy):
             )
         return found
 
-    def _guarantees_kept(self, cycle: Cycle, job: Job, victims: list[Running]) -> bool:
-        """Does each victim project keep its guarantee, or fall below it by less than one of
-        its victims while the preemptor's project stays further below its own (their
-        usage/guarantee ratios after the swap), so that neither can take it back?"""
-        accel, snap = job.accelerator, cycle.snap
-        freed: dict[str, int] = {}
-        smallest: dict[str, int] = {}
-        for run in victims:
-            project, demand = run.job.project, run.job.demand
-            freed[project] = freed.get(project, 0) + demand
-            smallest[project] = min(demand, smallest.get(project, demand))
-        mine = share_ratio(
-            cycle.held(job.project, accel) + job.demand, snap.guarantee_of(job.project, accel)
-        )
-        for project, amount in freed.items():
-            guarantee = snap.guarantee_of(project, accel)
-            after = cycle.held(project, accel) - amount
-            if within(0, guarantee, after):  # (after >= guarantee, rounding aside)
-                continue
-            if not within(0, guarantee, after + smallest[project] - 1e-6):
-                return False  # more than one job below
-            if share_ratio(after, guarantee) <= mine:
-                return False
-        return True
-
     def _may_free_wide(self, cycle: Cycle, job: Job) -> bool:
         """`could_free_room` with every eligible job of the projects above their guarantee."""
         counter = free_room_counter(cycle, job)
         if counter.enough():
             return True
+        skip = awaited(cycle, job)
         for giver in _givers(cycle, job.accelerator):
             if giver.project != job.project:
-                for run in giver.runs:
-                    if self._eligible(cycle, run) and counter.release(run):
-                        return True
+                runs = (r for r in giver.runs if r.job.id not in skip)
+                if any(counter.release(r) for r in runs if self._eligible(cycle, r)):
+                    return True
         return False
 
     def _reclaim_bound(self, cycle: Cycle, job: Job) -> float:
@@ -460,7 +398,9 @@ class Fair(Policy):
             return True
         # With every preemptible job eligible, what a project gives up depends only on its
         # jobs and what it holds: the same from cycle to cycle while those stay the same.
-        every = self._all_eligible(cycle)
+        # (Not the running jobs the reservation waits for: see find_victims.)
+        skip = awaited(cycle, job)
+        every = self._all_eligible(cycle) and not skip
         for giver in _givers(cycle, job.accelerator):
             if giver.project == job.project:
                 continue
@@ -469,7 +409,7 @@ class Fair(Policy):
                     return True
                 continue
             for run in self._given(cycle, giver):
-                if counter.release(run):
+                if run.job.id not in skip and counter.release(run):
                     return True
         return False
 

@@ -79,11 +79,22 @@ def reclaim_key(cycle: Cycle, job: Job) -> tuple:
 def _reclaim_failed(cycle: Cycle, project: str, shape: Shape) -> bool:
     """Has a reclaim for a plain job of the project and shape that may use held capacity
     failed in this cycle (then one for any job of the shape would), or one for no more workers
-    of the size found no room (for jobs of any length) since it last changed?"""
-    if (project, shape, True, False) in cycle.policy_memo(FairCycleMemo).reclaim_failed:
-        return True
+    of the size found no room (for jobs of any length) since it last changed? Also with no
+    use of held capacity when every job of the project outlasts the reservation."""
+    failed = cycle.policy_memo(FairCycleMemo).reclaim_failed
     accel, per_worker, workers = shape
-    return _found_short(cycle, (accel, per_worker, False), workers)
+    longs = (False, True) if _all_outlast(cycle, project) else (False,)
+    for long in longs:
+        if (project, shape, True, long) in failed:
+            return True
+        if _found_short(cycle, (accel, per_worker, long), workers):
+            return True
+    return False
+
+
+def _all_outlast(cycle: Cycle, project: str) -> bool:
+    """Does every pending job of the project outlast the cycle's reservation?"""
+    return cycle.reservation is not None and not cycle.snap.pending.bounded.get(project)
 
 
 def _outrank_failed(cycle: Cycle, project: str, shape: Shape, priority: int) -> bool:

@@ -4,6 +4,7 @@ stays the same (`_Answers`)."""
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterable
@@ -213,6 +214,39 @@ class _Answers:
         ):
             return ACT
         return PASS
+
+    def next_stop(
+        self, queue: _UserQueue, project: str, bound: tuple | None, within: bool
+    ) -> tuple | None:
+        """The queue key of the first job from the queue's head on that the walk would not
+        pass over before the heap's next entry, `bound`, comes first (None: no such job).
+        The jobs before it are passed over: no state changes, so nothing is lost."""
+        head = queue.head
+        assert head is not None and queue.shapes is not None
+        at = self.cycle.snap.pending.keys[head.id]
+        stop: tuple | None = None
+        for jobs in queue.shapes.values():
+            found = jobs.first_from(at)
+            if found is None or (stop is not None and found[0] >= stop):
+                continue
+            first, job = found
+            if self.verdict(job, within, True) != PASS:
+                stop = first  # it may act (or end the pass): looked at one by one
+                continue
+            if bound is None:
+                continue  # every job of the kind is passed over
+            part, other = self.key(project, job)[:2], bound[:2]
+            if part < other:
+                continue  # all of the kind sort before the bound: passed over
+            if part > other:
+                stop = first  # the project waits behind the bound from this job on
+                continue
+            # The same share part: the submit time (then the project name) decides.
+            t = bound[2] if project > bound[3] else math.nextafter(bound[2], math.inf)
+            found = jobs.first_from(max(first, (first[0], t)))
+            if found is not None and (stop is None or found[0] < stop):
+                stop = found[0]
+        return stop
 
 
 class _UserQueue:
