@@ -45,7 +45,10 @@ class Plain(Fair):
         for project, users in cycle.snap.pending.by_user.items():
             if within and not self._plain_has_room(cycle, project):
                 continue
-            if (not within or cycle.reserver is not None) and not self._progress(cycle, project):
+            # (A project whose first pass its head ended: that head may take the reservation.)
+            deferred = not within and project in cycle.policy_memo(FairCycleMemo).deferred
+            waits = not within or cycle.reserver is not None
+            if waits and not deferred and not self._progress(cycle, project):
                 continue
             queues[project] = _ProjectQueue(users)
         heap = [self._key(cycle, p, q.peek()) for p, q in queues.items()]
@@ -82,8 +85,6 @@ class Plain(Fair):
             found = self._take_back(cycle, job)
             if found:
                 return found
-        if not cycle.policy_memo(FairCycleMemo).reclaim:
-            return None  # (the second pass takes victims within each project's budget only)
         return self._take_back(cycle, job, wide=True)
 
     def _progress(self, cycle: Cycle, project: str) -> bool:

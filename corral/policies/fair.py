@@ -49,6 +49,7 @@ from corral.policies.fair_memos import (
 )
 from corral.policies.fair_walk import ACT, PASS, STOP, _Answers, _ProjectQueue, _UserQueue, queue_of
 
+INF = float("inf")
 JUMP_AFTER = 1  # jobs passed over in a row before a walk looks for the next one that matters
 
 
@@ -322,9 +323,6 @@ class Fair(Policy):
                 return found
         # Each project's victims within its budget (above its guarantee) did not make room:
         # try them all, in victim order, and keep the set if it respects the guarantees.
-        # (Not in the second pass: a search that mostly fails, asked in most cycles.)
-        if not cycle.policy_memo(FairCycleMemo).reclaim:
-            return None
         if not self._may_free_wide(cycle, job):
             _note_unfreed(cycle, size, job)  # (fewer workers than any: else short)
             return None
@@ -332,12 +330,16 @@ class Fair(Policy):
 
     def _take_back(self, cycle: Cycle, job: Job, wide: bool = False) -> Preemption | None:
         """The reclaim's victims, if freeing them lets the job fit: each victim project's jobs
-        within what it holds above its guarantee (`_given`); `wide`, any of its jobs, taken
-        in victim order until the job fits, the ones not needed given back, and the set kept
-        if it leaves each victim project its guarantee (`_guarantees_kept`)."""
-        found = find_victims(cycle, job, self._reclaimable(cycle, job, wide))
-        if found and wide and not guarantees_kept(cycle, job, found.victims):
-            return None
+        within what it holds above its guarantee (`_given`); `wide`, any of its jobs (in the
+        second pass, or when that set is refused: any it could give up alone), taken in
+        victim order until the job fits, the ones not needed given back, and the set kept if
+        it leaves each victim project its guarantee (`guarantees_kept`)."""
+        second = not cycle.policy_memo(FairCycleMemo).reclaim
+        for alone in (True,) if second else (False, True):
+            found = find_victims(cycle, job, self._reclaimable(cycle, job, wide, alone))
+            if not found or not wide or guarantees_kept(cycle, job, found.victims):
+                break
+            found = None
         if found:
             found.why = (
                 f"reclaimed by project {job.project} for job {job.name}"
@@ -353,20 +355,24 @@ class Fair(Policy):
         skip = awaited(cycle, job)
         for giver in _givers(cycle, job.accelerator):
             if giver.project != job.project:
-                runs = (r for r in giver.runs if r.job.id not in skip)
-                if any(counter.release(r) for r in runs if self._eligible(cycle, r)):
+                alone = not cycle.policy_memo(FairCycleMemo).reclaim  # (see _take_back)
+                runs = (r for r in self._all_given(cycle, giver, alone) if r.job.id not in skip)
+                if any(map(counter.release, runs)):
                     return True
         return False
 
     def _reclaim_bound(self, cycle: Cycle, job: Job) -> float:
-        """Free accelerators plus what other projects could give up above their guarantees."""
-        bound = float(cycle.free_total(job.accelerator))
+        """Free accelerators (stopping jobs gone) plus what others could give above guarantees."""
+        free = cycle.after_release() if cycle.releasing else cycle
+        bound = float(free.free_total(job.accelerator))
         for giver in _givers(cycle, job.accelerator):
             if giver.project != job.project:
                 bound += giver.held - giver.guarantee
         return bound
 
-    def _reclaimable(self, cycle: Cycle, job: Job, wide: bool = False) -> Iterator[Running]:
+    def _reclaimable(
+        self, cycle: Cycle, job: Job, wide: bool = False, alone: bool = False
+    ) -> Iterator[Running]:
         """Jobs of over-guarantee projects: most over-served project first, then lowest
         priority, then most recently started; never taking a project below its guarantee
         (`wide`: any eligible job, see _take_back). (Each project's share is its own: this
@@ -377,7 +383,7 @@ class Fair(Policy):
         for giver in _givers(cycle, job.accelerator):
             project = giver.project
             if project != job.project:
-                given = self._given(cycle, giver) if not wide else self._all_given(cycle, giver)
+                given = self._all_given(cycle, giver, alone) if wide else self._given(cycle, giver)
                 pools[project] = iter(given)
                 held[project], guarantee[project] = giver.held, giver.guarantee
         while pools:
@@ -415,11 +421,13 @@ class Fair(Policy):
 
     def _all_eligible(self, cycle: Cycle) -> bool:
         """May every preemptible running job be a victim (none stopping, taken or protected)?"""
-        snap = cycle.snap
-        return not cycle.victims and not snap.terminating and self.all_of_age(snap)
+        return not cycle.victims and not cycle.snap.terminating and self.all_of_age(cycle.snap)
 
-    def _all_given(self, cycle: Cycle, giver: _Giver) -> Iterator[Running]:
-        return (run for run in giver.runs if self._eligible(cycle, run))
+    def _all_given(self, cycle: Cycle, giver: _Giver, alone: bool) -> Iterator[Running]:
+        """Its eligible jobs; `alone`: only those it could give up alone, keeping its guarantee."""
+        room = giver.held - giver.guarantee if alone else INF
+        runs = (run for run in giver.runs if run.job.demand <= room + 1e-9)
+        return (run for run in runs if self._eligible(cycle, run))
 
     def _given(self, cycle: Cycle, giver: _Giver) -> list[Running]:
         """The jobs a project would give up, none taking it below its guarantee."""

@@ -70,10 +70,16 @@ def _plain(cycle: Cycle, job: Job) -> bool:
 def reclaim_key(cycle: Cycle, job: Job) -> tuple:
     """What a reclaim's outcome depends on in a cycle: the project, the shape, how the workers
     are placed (`_plain` or not), and whether the job may use capacity held for the
-    reservation (two jobs alike in all this fare alike)."""
+    reservation (two jobs alike in all this fare alike), and how many jobs the cycle told to
+    stop (what they free beyond what was promised is free for the next search) and started
+    (a project's usage grows: it may give up more)."""
     r = job.resources
     how = True if _plain(cycle, job) else (r.workers, r.exclusive)
-    return (job.project, job.shape, how, outlasts(cycle, job))
+    return (job.project, job.shape, how, outlasts(cycle, job)) + _moves(cycle)
+
+
+def _moves(cycle: Cycle) -> tuple[int, int]:
+    return (len(cycle.releasing), len(cycle.started))
 
 
 def _reclaim_failed(cycle: Cycle, project: str, shape: Shape) -> bool:
@@ -85,7 +91,7 @@ def _reclaim_failed(cycle: Cycle, project: str, shape: Shape) -> bool:
     accel, per_worker, workers = shape
     longs = (False, True) if _all_outlast(cycle, project) else (False,)
     for long in longs:
-        if (project, shape, True, long) in failed:
+        if (project, shape, True, long) + _moves(cycle) in failed:
             return True
         if _found_short(cycle, (accel, per_worker, long), workers):
             return True
