@@ -1,7 +1,7 @@
 """Encrypted checkpoints against plain I/O, in the acceptance test's shape at this machine's scale.
 
     python bench/bench_crypt.py [--objects 288] [--object-mib 8] [--reps 3] [--threads 8]
-                                [--paths s3,gateway,file] [--json]
+                                [--paths s3,gateway,file] [--baseline DIR] [--json]
 
 A checkpoint step is --objects objects of --object-mib MiB (288 objects as in the acceptance
 test, which wrote 65 GiB a step; here a few GiB). Each run writes the whole step with
@@ -14,6 +14,9 @@ every object's length and its first and last bytes. Paths, each plain against en
     s3get    s3fs, max_concurrency=1, to SeaweedFS  vs  encrypted::s3:// (as in s3)
     file     fsspec file://                         vs  encrypted::file://
 
+--baseline DIR adds the two gateways of another checkout (DIR, e.g. a worktree of main)
+to the same interleaved runs, as "base gateway plain" and "base gateway encrypted": a change
+to the gateway is compared with the code before it in the same minutes.
 (`direct` reuses the s3 and gateway runs: it is what a job pays for adding the gateway. s3fs
 reads a whole object with two requests, a HEAD for its size and the GET, unless its
 max_concurrency is 1; `encrypted::s3://` reads it with one GET, so `s3get` compares the same
@@ -111,6 +114,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--paths", default="s3,gateway,file")
+    parser.add_argument("--baseline", help="another checkout whose gateways run alongside")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     paths = args.paths.split(",")
@@ -139,10 +143,16 @@ def main() -> None:
                     enc = EncryptedFileSystem(fs=s3fs(s3_url), keyring=str(keyring))
                     variants["s3 encrypted"] = (enc, f"{BUCKET}/s3-enc")
             if "gateway" in paths:
-                for name, ring in (("gateway plain", None), ("gateway encrypted", keyring)):
-                    url, pid = stack.enter_context(gateway(work, backend, ring, env))
-                    gateway_pids[name] = pid
-                    variants[name] = (s3fs(url), f"{BUCKET}/{name.replace(' ', '-')}")
+                builds = [("", env)]
+                if args.baseline:
+                    base = str(Path(args.baseline).resolve())
+                    builds.append(("base ", {**env, "PYTHONPATH": base}))
+                for build, build_env in builds:
+                    for mode, ring in (("plain", None), ("encrypted", keyring)):
+                        name = f"{build}gateway {mode}"
+                        url, pid = stack.enter_context(gateway(work, backend, ring, build_env))
+                        gateway_pids[name] = pid
+                        variants[name] = (s3fs(url), f"{BUCKET}/{name.replace(' ', '-')}")
         if "file" in paths:
             local = fsspec.filesystem("file", auto_mkdir=True)
             variants["file plain"] = (local, str(work / "file-plain"))
@@ -159,6 +169,9 @@ def main() -> None:
         # is steadier than its wall time on a shared machine.
         procs = [psutil.Process(), *psutil.Process().children(recursive=True)]
         cpu: dict[str, dict[str, list[float]]] = {n: {"write": [], "restore": []} for n in names}
+        # A gateway's own CPU time, apart from the client's and SeaweedFS's.
+        gw_procs = {n: [psutil.Process(p)] for n, p in gateway_pids.items()}
+        gw_cpu = {n: {"write": [], "restore": []} for n in gateway_pids}
         load_before = os.getloadavg()
         for rep in range(args.reps):
             # Rotated, and reversed every other time, so that no variant always follows the
@@ -168,23 +181,29 @@ def main() -> None:
             for name in order:
                 fs, root = variants[name]
                 os.sync()  # every variant starts with nothing left to write back
-                c0 = cpu_seconds(procs)
+                own = gw_procs.get(name, [])
+                c0, g0 = cpu_seconds(procs), cpu_seconds(own)
                 w = write_step(fs, root, args.objects, data, args.threads)
-                c1 = cpu_seconds(procs)
+                c1, g1 = cpu_seconds(procs), cpu_seconds(own)
                 r = restore_step(fs, root, args.objects, data, args.threads)
                 cpu[name]["write"].append(c1 - c0)
                 cpu[name]["restore"].append(cpu_seconds(procs) - c1)
+                if own:
+                    gw_cpu[name]["write"].append(g1 - g0)
+                    gw_cpu[name]["restore"].append(cpu_seconds(own) - g1)
                 fs.rm(root, recursive=True)
                 results[name]["write"].append(w)
                 results[name]["restore"].append(r)
                 print(
-                    f"rep {rep + 1} {name:18s} write {w:6.2f} s ({total_mib / w:6.0f} MiB/s)"
+                    f"rep {rep + 1} {name:22s} write {w:6.2f} s ({total_mib / w:6.0f} MiB/s)"
                     f"  restore {r:6.2f} s ({total_mib / r:6.0f} MiB/s)"
                     f"  CPU {cpu[name]['write'][-1]:.2f} + {cpu[name]['restore'][-1]:.2f} s",
                     file=sys.stderr,
                 )
         summary = summarize(results, paths)
         summary["cpu"] = summarize(cpu, paths)
+        if gw_cpu:
+            summary["gateway_cpu"] = summarize(gw_cpu, paths)
         summary["load_average"] = {"before": load_before, "after": os.getloadavg()}
         summary["gateway_peak_rss_mib"] = {n: peak_rss_mib(p) for n, p in gateway_pids.items()}
         summary["shape"] = {
@@ -209,6 +228,10 @@ def summarize(results: dict, paths: list[str]) -> dict:
         "direct": ("s3 plain", "gateway encrypted"),
         "s3get": ("s3 plain 1 GET", "s3 encrypted"),
         "file": ("file plain", "file encrypted"),
+        "base gateway": ("base gateway plain", "base gateway encrypted"),
+        # this build against the baseline's (negative: this one is faster)
+        "vs base, plain": ("base gateway plain", "gateway plain"),
+        "vs base, encrypted": ("base gateway encrypted", "gateway encrypted"),
     }
     overhead = {}
     for label, (plain, enc) in pairs.items():
@@ -253,23 +276,33 @@ def show(summary: dict) -> None:
     for name, m in summary["median_s"].items():
         (w0, w1), (r0, r1) = (summary["range_s"][name][op] for op in ("write", "restore"))
         print(
-            f"  {name:18s} write {m['write']:6.2f} s ({w0:.2f}-{w1:.2f})"
+            f"  {name:22s} write {m['write']:6.2f} s ({w0:.2f}-{w1:.2f})"
             f"   restore {m['restore']:6.2f} s ({r0:.2f}-{r1:.2f})"
         )
     for label, o in summary["overhead_pct"].items():
-        print(f"  overhead {label:8s} write {o['write']:+6.1f} %   restore {o['restore']:+6.1f} %")
+        print(f"  overhead {label:18s} write {o['write']:+6.1f} %   restore {o['restore']:+6.1f} %")
     for label, o in summary["paired_overhead_pct"].items():
         print(
-            f"  overhead {label:8s} write {o['write']:+6.1f} %   restore {o['restore']:+6.1f} %"
+            f"  overhead {label:18s} write {o['write']:+6.1f} %   restore {o['restore']:+6.1f} %"
             "  (median of the repetitions' ratios)"
         )
     print("  CPU time per step (client, SeaweedFS and gateways together):")
     for name, m in summary["cpu"]["median_s"].items():
-        print(f"  {name:18s} write {m['write']:6.2f} s   restore {m['restore']:6.2f} s")
+        print(f"  {name:22s} write {m['write']:6.2f} s   restore {m['restore']:6.2f} s")
     for label, o in summary["cpu"]["overhead_pct"].items():
         print(
-            f"  CPU overhead {label:8s} write {o['write']:+6.1f} %   restore {o['restore']:+6.1f} %"
+            f"  CPU overhead {label:18s} write {o['write']:+6.1f} %"
+            f"   restore {o['restore']:+6.1f} %"
         )
+    if "gateway_cpu" in summary:
+        print("  the gateway's own CPU time per step:")
+        for name, m in summary["gateway_cpu"]["median_s"].items():
+            print(f"  {name:22s} write {m['write']:6.2f} s   restore {m['restore']:6.2f} s")
+        for label, o in summary["gateway_cpu"]["overhead_pct"].items():
+            print(
+                f"  gateway CPU overhead {label:18s} write {o['write']:+6.1f} %"
+                f"   restore {o['restore']:+6.1f} %"
+            )
     for name, mib in summary["gateway_peak_rss_mib"].items():
         print(f"  {name} peak RSS {mib:.0f} MiB")
 

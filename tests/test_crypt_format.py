@@ -14,7 +14,14 @@ import pytest
 
 from corral.crypt import CryptError, IntegrityError, UnknownKeyError, add_key
 from corral.crypt.codec import Codec
-from corral.crypt.format import HEADER_SIZE, TAG, Layout, StreamOpener, sealed_whole
+from corral.crypt.format import (
+    HEADER_SIZE,
+    TAG,
+    InPlaceSegmentWriter,
+    Layout,
+    SegmentReceiver,
+    sealed_whole,
+)
 from corral.crypt.fs import EncryptedFileSystem
 from corral.crypt.keys import KeyPolicy, env_keys, load_keyring, parse_bucket_keys
 from corral.crypt.manifest import MANIFEST_NAME, seal_step, verify_step
@@ -275,26 +282,75 @@ def test_manifest_detects_missing_mixed_and_rolled_back_objects(efs, tmp_path):
 
 @pytest.mark.parametrize("size", SIZES)
 def test_decrypting_as_pieces_arrive(keyring, size):
-    """A body decrypted as it arrives (StreamOpener): pieces of any size, a tag split across
-    them, batches of segments; a flipped byte is refused."""
+    """A body taken in as it arrives (SegmentReceiver), then decrypted in place: pieces of
+    any size, a tag split across them, batches of segments; a flipped byte is refused."""
     codec = Codec.from_keyring(str(keyring))
     cipher = codec.new_cipher("bucket/obj")
     data = os.urandom(size)
     with sealed_whole(cipher, data) as sealed:
         body = bytes(sealed[HEADER_SIZE:])
     pieces = itertools.cycle([1, 15, 17, 65521, MIB + 3, 3 * MIB])  # boundaries fall anywhere
-    opener, got, at = StreamOpener(cipher, 0, size), bytearray(), 0
+    opener, got, at = SegmentReceiver(cipher, 0, size), bytearray(), 0
     for lo in range(0, max(size, 1), 2 * MIB):  # batches of two segments
-        out = bytearray(min(size - lo, 2 * MIB))
+        length = min(size - lo, 2 * MIB)
+        out = bytearray(length + TAG)
         opener.start(memoryview(out))
         while not opener.full:
             chunk = body[at : at + next(pieces)]
             at += len(chunk) - len(opener.feed(chunk))
-        got += out
+        opener.open()
+        got += out[:length]
     assert got == data and at == len(body)
     flipped = bytearray(body)
     flipped[len(body) // 2] ^= 1
-    opener = StreamOpener(cipher, 0, size)
-    opener.start(memoryview(bytearray(size)))
+    opener = SegmentReceiver(cipher, 0, size)
+    opener.start(memoryview(bytearray(size + TAG)))
+    opener.feed(flipped)
     with pytest.raises(IntegrityError, match="fails authentication"):
-        opener.feed(flipped)
+        opener.open()
+
+
+class _Sink:
+    """A sink for InPlaceSegmentWriter that moves to a fresh buffer now and then, as an
+    upload sends a part."""
+
+    def __init__(self, part: int) -> None:
+        self.parts: list[bytearray] = [bytearray(part)]
+        self.fill = 0
+        self.part = part
+
+    def reserve(self, n: int) -> memoryview:
+        if len(self.parts[-1]) - self.fill < n:
+            del self.parts[-1][self.fill :]
+            self.parts.append(bytearray(max(n, self.part)))
+            self.fill = 0
+        return memoryview(self.parts[-1])[self.fill : self.fill + n]
+
+    def commit(self, n: int) -> None:
+        self.fill += n
+
+    def data(self) -> bytes:
+        return b"".join(bytes(p) for p in self.parts[:-1]) + bytes(self.parts[-1][: self.fill])
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("said", ["exact", "none", "short", "long"])
+def test_sealing_in_place(keyring, size, said):
+    """Segments sealed where the sink keeps them (InPlaceSegmentWriter) make the same
+    ciphertext as sealing the whole object at once, whether the size it was told is right,
+    missing, too small or too large, written in pieces of any size."""
+    codec = Codec.from_keyring(str(keyring))
+    cipher = codec.new_cipher("bucket/obj")
+    data = os.urandom(size)
+    told = {"exact": size, "none": None, "short": size // 2, "long": size + 3 * MIB + 5}[said]
+    sink = _Sink(5 * MIB + 7)
+    writer = InPlaceSegmentWriter(cipher, sink, told)
+    pieces, at = itertools.cycle([1, 15, MIB - 1, 17, 3 * MIB, 65521]), 0
+    while at < size:
+        n = next(pieces)
+        writer.write(data[at : at + n])
+        at += n
+    writer.close()
+    with sealed_whole(cipher, data) as sealed:
+        assert sink.data() == bytes(sealed)
+    assert writer.plain_size == size

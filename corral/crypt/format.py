@@ -190,6 +190,11 @@ class ObjectCipher:
             seal(i)
         return len(plain) + TAG * count
 
+    def seal_in_place(self, view: memoryview, n: int, index: int, final: bool) -> None:
+        """Encrypt the segment `index` whose n plaintext bytes start `view`, over
+        themselves; its tag lands in the TAG bytes after them."""
+        self._aead.encrypt_into(self._nonce(index, final), view[:n], self._aad, view[: n + TAG])
+
     def open_batch(
         self, cipher: memoryview, out: memoryview, first: int, total_segments: int
     ) -> int:
@@ -356,35 +361,123 @@ class SegmentWriter:
         self.sink(memoryview(self._out)[:n])
 
 
-WHOLE_KEPT = 128 << 20  # bytes of whole-object buffers kept for the next writes
+class InPlaceSegmentWriter:
+    """Encrypts a byte stream segment by segment straight into its sink's buffer: each
+    segment's plaintext is copied to where its ciphertext goes and sealed there, so a
+    stream costs one copy, as writing it plain does (SegmentWriter stages a batch first).
+
+    The sink: `reserve(n)`, a writable view of its next n bytes (it must keep them where
+    they are until `commit(n)`, which takes them). `plain_size`, when known, lets the last
+    segment reserve only its own length; the stream may still turn out longer or shorter."""
+
+    def __init__(self, cipher: ObjectCipher, sink: Any, plain_size: int | None = None) -> None:
+        self.cipher = cipher
+        self.sink = sink
+        self.expected = plain_size
+        self.plain_size = 0
+        self.closed = False
+        self._seg: memoryview | None = None  # the current segment's place in the sink
+        self._room = self._fill = self._index = 0
+        header = cipher.header.pack()
+        sink.reserve(len(header))[:] = header
+        sink.commit(len(header))
+
+    def _reserve(self, kept: bytes | None = None) -> None:
+        """Take the sink's room for the next segment (for the current one, a whole
+        segment's, when it outgrew the room it had: `kept`, its bytes so far, move along)."""
+        size = self.cipher.layout.segment_size
+        room = size
+        if self.expected is not None and kept is None:
+            room = min(size, max(0, self.expected - self._index * size))
+        self._seg = None  # no view of the sink held while it moves on
+        self._seg = self.sink.reserve(room + TAG)
+        self._room = room
+        kept = kept or b""
+        self._seg[: len(kept)] = kept
+        self._fill = len(kept)
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        view = memoryview(data).cast("B")
+        size = self.cipher.layout.segment_size
+        taken = 0
+        while taken < len(view):
+            if self._seg is None:
+                self._reserve()
+            elif self._fill == self._room:
+                if self._room < size:  # longer than said: this segment is a whole one
+                    self._reserve(kept=bytes(self._seg[: self._fill]))
+                else:  # sealed only once more data comes: the segment holding the end is final
+                    self._seal(final=False)
+                    self._reserve()
+            n = min(len(view) - taken, self._room - self._fill)
+            self._seg[self._fill : self._fill + n] = view[taken : taken + n]
+            self._fill += n
+            taken += n
+        self.plain_size += taken
+        return taken
+
+    def close(self, last: bytes | bytearray | memoryview = b"") -> None:
+        if self.closed:
+            return
+        self.write(last)
+        if self._seg is None:  # an empty object: one empty, final segment
+            self._reserve()
+        self._seal(final=True)
+        self.closed = True
+
+    def _seal(self, final: bool) -> None:
+        n, seg = self._fill, self._seg
+        self.cipher.seal_in_place(seg[: n + TAG], n, self._index, final)
+        self._seg = None
+        del seg
+        self.sink.commit(n + TAG)
+        self._index += 1
+        self._fill = 0
+
+
+WHOLE_KEPT = 128 << 20  # bytes of whole-object and upload-part buffers kept for reuse
 
 
 class _WholeBuffers:
-    """Ciphertext buffers of whole objects, kept by size: a checkpoint's shards mostly share
-    a size, and a fresh buffer per object costs its page faults again (contended when many
-    threads write at once). Keeps at most WHOLE_KEPT bytes."""
+    """Buffers of whole objects' ciphertext and of upload parts, kept by size once done
+    with: a checkpoint's shards mostly share a size, and a fresh buffer per object costs its
+    page faults again (contended when many threads write at once). Keeps at most WHOLE_KEPT
+    bytes, so no more than was once in use at the same time."""
 
     def __init__(self) -> None:
         self._free: dict[int, list[bytearray]] = {}
+        self._kept = 0
         self._lock = threading.Lock()
+
+    def get(self, size: int) -> bytearray:
+        with self._lock:
+            kept = self._free.get(size)
+            if kept:
+                self._kept -= size
+                return kept.pop()
+        return bytearray(size)
+
+    def give(self, buf: bytearray) -> None:
+        size = len(buf)
+        if not size or size > WHOLE_KEPT:
+            return
+        with self._lock:
+            if self._kept + size > WHOLE_KEPT:
+                self._free.clear()  # mostly another size in use now: start over
+                self._kept = 0
+            self._free.setdefault(size, []).append(buf)
+            self._kept += size
 
     @contextmanager
     def take(self, size: int) -> Iterator[bytearray]:
-        with self._lock:
-            kept = self._free.get(size)
-            buf = kept.pop() if kept else bytearray(size)
+        buf = self.get(size)
         try:
             yield buf
         finally:
-            with self._lock:
-                kept = sum(n * len(bufs) for n, bufs in self._free.items())
-                if kept + size > WHOLE_KEPT:
-                    self._free.clear()  # mostly another size in use now: start over
-                if size <= WHOLE_KEPT:
-                    self._free.setdefault(size, []).append(buf)
+            self.give(buf)
 
 
-_WHOLE = _WholeBuffers()
+part_buffers = _WholeBuffers()
 
 
 @contextmanager
@@ -392,7 +485,7 @@ def sealed_whole(cipher: ObjectCipher, data: bytes | bytearray | memoryview) -> 
     """The whole object's ciphertext, sealed straight into one reused buffer (no staging
     copy), valid inside the `with` block."""
     plain = memoryview(data).cast("B")
-    with _WHOLE.take(cipher.layout.cipher_size(len(plain))) as out:
+    with part_buffers.take(cipher.layout.cipher_size(len(plain))) as out:
         out[:HEADER_SIZE] = cipher.header.pack()
         cipher.seal_batch(plain, memoryview(out)[HEADER_SIZE:], 0, final=True)
         yield out
@@ -443,13 +536,15 @@ def read_range(
         yield memoryview(out)[max(0, start - base) : end - base]
 
 
-class StreamOpener:
-    """Decrypts segments as their ciphertext arrives in pieces of any size (a response body),
-    each piece straight to where its plaintext goes: no staging copy of the ciphertext, and
-    the decryption keeps pace with the download instead of following it.
+class SegmentReceiver:
+    """Takes in the ciphertext of a run of segments as it arrives, in pieces of any size (a
+    response body), each piece's bytes straight to where their plaintext goes (the tags
+    aside), then decrypts them there (`open`): one copy, as a plain read makes, and the
+    decryption can run in another thread than the one receiving (it lets go of the GIL).
 
-    `feed` fills the current output buffer (`start(out)`: the plaintext of whole segments,
-    but for the object's last) and returns what of the piece lies beyond it."""
+    `start(out)`: the buffer for the next segments' plaintext, whole segments but for the
+    object's last, with a tag's room to spare at its end; `feed` fills it and returns what
+    of the piece lies beyond; once `full`, `open` decrypts it."""
 
     def __init__(self, cipher: ObjectCipher, first: int, plain_size: int) -> None:
         self.cipher = cipher
@@ -457,19 +552,23 @@ class StreamOpener:
         self.total = cipher.layout.segments(plain_size)
         self.index = first  # the segment being received
         self._got = 0  # its plaintext bytes received so far
-        self._tag = bytearray()
-        self._decryptor: Any = None
-        self._out = memoryview(bytearray(0))
-        self._at = self._sealed = 0
+        self._tags = bytearray()  # the tags of the segments received into the buffer
+        self._tag_fill = 0
+        self._out = memoryview(bytearray(TAG))
+        self._at = 0
+        self._first = first  # the buffer's first segment
 
     def start(self, out: memoryview) -> None:
-        self._out, self._at, self._sealed = out, 0, 0
+        self._out, self._at, self._first = out, 0, self.index
+        self._tags.clear()
+        self._tag_fill = 0
 
     @property
     def full(self) -> bool:
-        """The output buffer holds all its plaintext, every segment of it authenticated
-        (an empty one: the empty object's single segment)."""
-        return self._at == len(self._out) and self._decryptor is None and self._sealed > 0
+        """The buffer holds all its segments, tags included (an empty one: the empty
+        object's single segment)."""
+        received = self.index - self._first
+        return self._at == len(self._out) - TAG and received > 0 and self._got == 0
 
     def _segment_length(self) -> int:
         size = self.cipher.layout.segment_size
@@ -477,34 +576,50 @@ class StreamOpener:
 
     def feed(self, piece: bytes | bytearray | memoryview) -> memoryview:
         view = memoryview(piece).cast("B")
+        room = len(self._out) - TAG
         while view and not self.full:
             if self.index >= self.total:
                 raise IntegrityError(f"{self.cipher.identity}: bytes after the last segment")
-            if self._decryptor is None:
-                self._decryptor = self.cipher.segment_decryptor(self.index, self.total)
             want = self._segment_length() - self._got
             if want:
-                n = min(want, len(view), len(self._out) - self._at)
+                n = min(want, len(view), room - self._at)
                 if n == 0:
                     raise ValueError("the output buffer ends inside a segment")
-                self._decryptor.update_into(view[:n], self._out[self._at : self._at + n])
+                self._out[self._at : self._at + n] = view[:n]
                 self._at += n
                 self._got += n
             else:
-                n = min(TAG - len(self._tag), len(view))
-                self._tag += view[:n]
-                if len(self._tag) == TAG:
-                    self._seal_segment()
+                n = min(TAG - self._tag_fill, len(view))
+                self._tags += view[:n]
+                self._tag_fill += n
+                if self._tag_fill == TAG:
+                    self._tag_fill = self._got = 0
+                    self.index += 1
             view = view[n:]
         return view
 
-    def _seal_segment(self) -> None:
-        try:
-            self._decryptor.finalize_with_tag(bytes(self._tag))
-        except InvalidTag:
-            raise self.cipher._failure(self.index, self.total) from None
-        self._decryptor = None
-        self._tag.clear()
-        self._got = 0
-        self._sealed += 1
-        self.index += 1
+    def open(self) -> None:
+        """Decrypt the segments received into the buffer, in place: each one's tag is put
+        after it (over the next segment's first bytes, kept aside meanwhile) and the segment
+        is decrypted over itself, as OpenSSL's GCM allows."""
+        size = self.cipher.layout.segment_size
+        out, tags, cipher = self._out, self._tags, self.cipher
+        at = 0
+        for k, index in enumerate(range(self._first, self.index)):
+            length = min(size, self.plain_size - index * size)
+            end = at + length
+            kept = bytes(out[end : end + TAG])
+            out[end : end + TAG] = tags[k * TAG : (k + 1) * TAG]
+            try:
+                cipher._aead.decrypt_into(
+                    cipher._nonce(index, index == self.total - 1),
+                    out[at : end + TAG],
+                    cipher._aad,
+                    out[at:end],
+                )
+            except InvalidTag:
+                raise cipher._failure(index, self.total) from None
+            finally:
+                out[end : end + TAG] = kept
+            at = end
+        self._out = memoryview(bytearray(TAG))  # the buffer is the caller's again

@@ -28,6 +28,7 @@ from corral.crypt.codec import Codec
 from corral.crypt.format import (
     HEADER_SIZE,
     Header,
+    InPlaceSegmentWriter,
     IntegrityError,
     Layout,
     ObjectCipher,
@@ -362,7 +363,9 @@ class AtomicWriter:
     the same filesystem, so never copied), an object store only creates the object when the
     upload completes (and discard aborts it)."""
 
-    def __init__(self, fs: fsspec.AbstractFileSystem, path: str, **kwargs: Any) -> None:
+    def __init__(
+        self, fs: fsspec.AbstractFileSystem, path: str, size: int | None = None, **kwargs: Any
+    ) -> None:
         self._local = _is_local(fs)
         if self._local:
             self._path = _local_path(fs, path)
@@ -371,12 +374,17 @@ class AtomicWriter:
             fd, self._temp = tempfile.mkstemp(dir=folder, prefix=f".{name}.")
             self._file = os.fdopen(fd, "wb")
         elif (s3 := s3io.s3_under(fs)) and not kwargs:  # parts upload while the next fills
-            self._file = s3io.S3Upload(s3[0], s3[1](path))
+            self._file = s3io.S3Upload(s3[0], s3[1](path), size)
         else:
             self._file = fs.open(path, "wb", **kwargs)
 
     def write(self, data) -> int:
         return self._file.write(data)
+
+    @property
+    def in_place(self) -> s3io.S3Upload | None:
+        """The upload, when a writer can fill its parts in place (reserve/commit)."""
+        return self._file if isinstance(self._file, s3io.S3Upload) else None
 
     def close(self) -> None:
         self._file.close()
@@ -398,16 +406,25 @@ class AtomicWriter:
 
 class EncryptedWriteFile(io.BufferedIOBase):
     """A write-only stream: segments are sealed and handed to the wrapped filesystem's writer
-    as they fill. The object appears whole on close; leaving a `with` block by an exception
-    discards it, and an object already at the path stays as it was."""
+    as they fill (on S3, sealed in place in the upload's part). The object appears whole on
+    close; leaving a `with` block by an exception discards it, and an object already at the
+    path stays as it was. `size`: the plaintext's size, when known (it only saves memory)."""
 
-    def __init__(self, fs: EncryptedFileSystem, path: str, **kwargs: Any) -> None:
+    def __init__(
+        self, fs: EncryptedFileSystem, path: str, size: int | None = None, **kwargs: Any
+    ) -> None:
         super().__init__()
         self.path = self.name = path
         fs._forget(path)
-        self._target = AtomicWriter(fs.fs, path, **kwargs)
         self.cipher = fs.codec.new_cipher(path)
-        self._writer = SegmentWriter(self.cipher, self._target.write)
+        stored = None if size is None else self.cipher.layout.cipher_size(size)
+        self._target = AtomicWriter(fs.fs, path, stored, **kwargs)
+        sink = self._target.in_place
+        self._writer: SegmentWriter | InPlaceSegmentWriter = (
+            InPlaceSegmentWriter(self.cipher, sink, size)
+            if sink is not None
+            else SegmentWriter(self.cipher, self._target.write)
+        )
 
     def writable(self) -> bool:
         return True

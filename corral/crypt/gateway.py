@@ -173,6 +173,14 @@ async def aws_chunked(stream: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         await line()
 
 
+def body_size(request: Request) -> int | None:
+    """The size of a request's body as the request says (an aws-chunked one's decoded)."""
+    said = request.headers.get("x-amz-decoded-content-length") or request.headers.get(
+        "content-length"
+    )
+    return int(said) if said and said.isdigit() else None
+
+
 @dataclass
 class Upload:
     """A GCS resumable upload in progress: its writer stays open between requests."""
@@ -205,14 +213,18 @@ class Gateway:
     async def info(self, path: str) -> dict:
         """The object's plaintext info; under "stored", the backend's (a read then needs
         no second request for it)."""
+        return await _run(self._info, path)
+
+    def _info(self, path: str) -> dict:
+        """info() in one thread hand-over."""
         try:
-            stored = await _run(self.raw.info, path)
+            stored = self.raw.info(path)
         except FileNotFoundError:
             raise S3Error(404, "NoSuchKey", f"no object {path}") from None
         if stored.get("type") != "file":
             raise S3Error(404, "NoSuchKey", f"no object {path}")
         if isinstance(self.fs, EncryptedFileSystem):
-            return {**await _run(self.fs._plain_info, dict(stored)), "stored": stored}
+            return {**self.fs._plain_info(dict(stored)), "stored": stored}
         return {**stored, "stored": stored}
 
     def pieces(self, path: str, info: dict, start: int, end: int) -> Iterator[bytes]:
@@ -239,10 +251,10 @@ class Gateway:
 
         return rest()
 
-    async def receive(self, path: str, body: AsyncIterator[bytes]) -> dict:
+    async def receive(self, path: str, body: AsyncIterator[bytes], size: int | None = None) -> dict:
         """Store the body at `path` as it arrives; the object appears only once it is whole.
-        Returns the new object's info."""
-        writer = await _run(self.open_writer, path)
+        `size`: the body's, if the request says. Returns the new object's info."""
+        writer = await _run(self.open_writer, path, size)
         try:
             pending = bytearray()
             async for chunk in body:
@@ -263,10 +275,10 @@ class Gateway:
             return self.fs.remember(path, info, writer.cipher.header)
         return info
 
-    def open_writer(self, path: str) -> Any:
+    def open_writer(self, path: str, size: int | None = None) -> Any:
         if isinstance(self.fs, EncryptedFileSystem):
-            return self.fs.open(path, "wb")
-        return AtomicWriter(self.fs, path)
+            return self.fs.open(path, "wb", size=size)
+        return AtomicWriter(self.fs, path, size)
 
     def concatenate(self, sources: list[str], target: str) -> None:
         """Write the sources' plaintext, one after another, as the object `target` (a copy
@@ -314,7 +326,7 @@ class Gateway:
                 return await self.upload_part(request, bucket, q["uploadId"], q["partNumber"])
             if "x-amz-copy-source" in request.headers:
                 return await self.copy_object(request, path)
-            info = await self.receive(path, self.body(request))
+            info = await self.receive(path, self.body(request), body_size(request))
             return Response(headers={"ETag": _etag(info)})
         if method == "DELETE":
             if "uploadId" in q:
@@ -521,7 +533,9 @@ class Gateway:
     async def upload_part(self, request: Request, bucket: str, upload_id: str, part: str):
         if not part.isdigit() or not 1 <= int(part) <= 10000:
             raise S3Error(400, "InvalidArgument", "partNumber must be 1 to 10000")
-        info = await self.receive(self.staging(bucket, upload_id, int(part)), self.body(request))
+        info = await self.receive(
+            self.staging(bucket, upload_id, int(part)), self.body(request), body_size(request)
+        )
         return Response(headers={"ETag": _etag(info)})
 
     async def complete(self, request: Request, bucket: str, key: str, upload_id: str):

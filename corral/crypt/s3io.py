@@ -26,16 +26,19 @@ from fsspec.implementations.dirfs import DirFileSystem
 from corral.crypt.format import (
     BATCH_SEGMENTS,
     HEADER_SIZE,
+    TAG,
     Header,
     IntegrityError,
     ObjectCipher,
-    StreamOpener,
+    SegmentReceiver,
     parse_header,
+    part_buffers,
 )
 
 CHUNK = 1 << 20  # most a body read returns at once (the client's own chunks are smaller)
 PART = 16 << 20  # an upload's part size
 IN_FLIGHT = 2  # parts on the wire at once per upload: memory is (IN_FLIGHT + 1) parts
+MIN_PART = 5 << 20  # S3's least size of a part but the last
 
 
 def s3_under(fs: fsspec.AbstractFileSystem) -> tuple[Any, Callable[[str], str]] | None:
@@ -90,17 +93,20 @@ class S3Get:
         self._rest = memoryview(b"")
         return head + await self._body.read()
 
-    async def fill(self, opener: StreamOpener, out: memoryview) -> None:
-        """Decrypt the next segments into `out` as their ciphertext arrives."""
-        opener.start(out)
-        while not opener.full:
+    async def receive(self, receiver: SegmentReceiver, out: memoryview, last: bool) -> None:
+        """Take the next segments' ciphertext into `out` as it arrives (`receiver.start`);
+        `last`: they end the range, so read on to the end of the body as well."""
+        receiver.start(out)
+        while not receiver.full:
             piece = await self._piece()
             if not piece:
                 raise IntegrityError(
-                    f"{opener.cipher.identity}: truncated (the body ended inside segment"
-                    f" {opener.index} of {opener.total})"
+                    f"{receiver.cipher.identity}: truncated (the body ended inside segment"
+                    f" {receiver.index} of {receiver.total})"
                 )
-            self._rest = opener.feed(piece)
+            self._rest = receiver.feed(piece)
+        if last:
+            await self.finish()
 
     async def finish(self) -> None:
         """Read to the end: the client checks the body's length and checksum there."""
@@ -116,24 +122,27 @@ def read_whole(
     s3: Any, path: str, cipher_for: Callable[[Header | None], ObjectCipher | None]
 ) -> bytes | bytearray:
     """The whole object at `path`, decrypted (`cipher_for(header)`; None: plaintext, read
-    as it is) in one GET."""
+    as it is) in one GET. The body is taken in by s3fs's event loop and decrypted in the
+    calling thread, so the loop goes on serving the other transfers meanwhile."""
 
-    async def read() -> bytes | bytearray:
+    async def head() -> tuple[S3Get, bytes]:
         get = await S3Get(s3, path).open()
-        try:
-            head = await get.read_exactly(min(get.length, HEADER_SIZE))
-            cipher = cipher_for(parse_header(head, path))
-            if cipher is None:
-                return head + await get.read_rest()
-            plain_size = cipher.layout.plain_size(get.length, path)
-            out = bytearray(plain_size)
-            await get.fill(StreamOpener(cipher, 0, plain_size), memoryview(out))
-            await get.finish()
-            return out
-        finally:
-            get.close()
+        return get, await get.read_exactly(min(get.length, HEADER_SIZE))
 
-    return sync(s3.loop, read)
+    get, first = sync(s3.loop, head)
+    try:
+        cipher = cipher_for(parse_header(first, path))
+        if cipher is None:
+            return first + sync(s3.loop, get.read_rest)
+        plain_size = cipher.layout.plain_size(get.length, path)
+        out = bytearray(plain_size + TAG)
+        receiver = SegmentReceiver(cipher, 0, plain_size)
+        sync(s3.loop, get.receive, receiver, memoryview(out), True)
+        receiver.open()
+        del out[plain_size:]
+        return out
+    finally:
+        get.close()
 
 
 def read_range(
@@ -146,21 +155,28 @@ def read_range(
     batch: int = BATCH_SEGMENTS,
 ) -> Iterator[memoryview]:
     """Plaintext [start, end) (start < end <= plain_size) in pieces of `batch` segments,
-    all from one GET of the segments it covers. Each piece has a buffer of its own, handed on
-    as it is (a transport may hold on to what it was given after the send returns)."""
+    all from one GET of the segments it covers, each batch taken in by s3fs's event loop and
+    decrypted in the calling thread. Each piece has a buffer of its own, handed on as it is
+    (a transport may hold on to what it was given after the send returns)."""
     layout = cipher.layout
     first, last = start // layout.segment_size, (end - 1) // layout.segment_size
     get = S3Get(s3, path, *layout.cipher_span(first, last, plain_size))
+    receiver = SegmentReceiver(cipher, first, plain_size)
+
+    async def take(out: memoryview, opening: bool, ending: bool) -> None:
+        if opening:  # the request and the first batch in one hand-over to the loop
+            await get.open()
+        await get.receive(receiver, out, ending)
+
     try:
-        sync(s3.loop, get.open)
-        opener = StreamOpener(cipher, first, plain_size)
         for lo in range(first, last + 1, batch):
             hi = min(lo + batch - 1, last)
             base = lo * layout.segment_size
-            out = bytearray(min((hi + 1) * layout.segment_size, plain_size) - base)
-            sync(s3.loop, get.fill, opener, memoryview(out))
-            yield memoryview(out)[max(0, start - base) : end - base]
-        sync(s3.loop, get.finish)
+            length = min((hi + 1) * layout.segment_size, plain_size) - base
+            out = bytearray(length + TAG)  # a tag's room to decrypt in place
+            sync(s3.loop, take, memoryview(out), lo == first, hi == last)
+            receiver.open()
+            yield memoryview(out)[max(0, start - base) : min(end - base, length)]
     finally:
         get.close()
 
@@ -168,27 +184,54 @@ def read_range(
 class S3Upload:
     """A write to S3 whose object appears whole on close() and not at all after discard():
     one PUT for an object smaller than a part, else a multipart upload with up to IN_FLIGHT
-    parts uploading while the next one fills."""
+    parts uploading while the next one fills.
 
-    def __init__(self, s3: Any, path: str) -> None:
+    `size`, when the object's size is known beforehand (a request's Content-Length), sizes
+    the part buffers to fit it; it only saves memory, a wrong one costs a copy. Part buffers
+    are reused (format.part_buffers) once their upload is done: a fresh one costs its page
+    faults again. A writer can also fill the part in place: `reserve(n)` gives the next n
+    bytes of it, `commit(n)` takes them (ObjectCipher encrypts segments there)."""
+
+    def __init__(self, s3: Any, path: str, size: int | None = None) -> None:
         self.s3, self.path = s3, path
         bucket, key, _ = s3.split_path(path)
         self._where = {"Bucket": bucket, "Key": key}
-        self._part = bytearray(PART)
+        self._left = size  # bytes expected beyond the parts already sent
+        self._part: bytearray | None = None  # taken when the first byte comes
         self._fill = 0
         self._upload_id: str | None = None
         self._sent: list[Future] = []  # each part's upload, in order: its ETag
+        self._sizes: dict[int, int] = {}  # id of a part cut short -> the size it had
+
+    def _room(self, n: int) -> bytearray:
+        """The part, with room for n more bytes: a part that cannot take them is sent (or,
+        below S3's least part size, grown)."""
+        part = self._part
+        if part is None:
+            want = PART if self._left is None or self._left <= 0 else min(PART, self._left)
+            part = self._part = part_buffers.get(max(want, n))
+        elif len(part) - self._fill < n:
+            if self._fill >= MIN_PART:
+                self._send_part()
+                return self._room(n)
+            part.extend(bytes(max(n, PART - len(part))))  # a short size was given: grow
+        return part
+
+    def reserve(self, n: int) -> memoryview:
+        return memoryview(self._room(n))[self._fill : self._fill + n]
+
+    def commit(self, n: int) -> None:
+        self._fill += n
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
         view = memoryview(data).cast("B")
         taken = 0
         while taken < len(view):
-            n = min(len(view) - taken, PART - self._fill)
-            self._part[self._fill : self._fill + n] = view[taken : taken + n]
+            part = self._room(1)
+            n = min(len(view) - taken, len(part) - self._fill)
+            part[self._fill : self._fill + n] = view[taken : taken + n]
             self._fill += n
             taken += n
-            if self._fill == PART:
-                self._send_part()
         return taken
 
     def _send_part(self) -> None:
@@ -201,24 +244,44 @@ class S3Upload:
         self._sent.append(asyncio.run_coroutine_threadsafe(upload, self.s3.loop))
 
     def _taken(self) -> bytearray:
-        """The part filled so far, handed over whole (no copy); a fresh one takes its place."""
-        part = self._part
-        del part[self._fill :]
-        self._part, self._fill = bytearray(PART), 0
+        """The part filled so far, handed over whole (no copy); the next write takes
+        another buffer."""
+        part, fill = self._part if self._part is not None else bytearray(0), self._fill
+        if len(part) != fill:
+            self._sizes[id(part)] = len(part)  # what it goes back to the pool as
+            try:
+                del part[fill:]  # within its allocation: no copy
+            except BufferError:  # a view of it is still held: send a copy
+                part = bytearray(memoryview(part)[:fill])
+        if self._left is not None:
+            self._left -= fill
+        self._part, self._fill = None, 0
         return part
 
     async def _upload(self, body: bytearray, number: int) -> str:
         answer = await self._call(
             "upload_part", Body=body, PartNumber=number, UploadId=self._upload_id
         )
+        self._give(body)
         return answer["ETag"]
+
+    def _give(self, body: bytearray) -> None:
+        """A part answered, so no longer in use, back to the pool at its size (a part cut
+        short grows back within its allocation; as taken again, its size must match)."""
+        size = self._sizes.pop(id(body), len(body))
+        if len(body) < size // 2:
+            return  # cut to less than half its size, so reallocated: not kept
+        body += bytes(size - len(body))
+        part_buffers.give(body)
 
     async def _call(self, method: str, **kwargs: Any) -> dict:
         return await self.s3._call_s3(method, **self._where, **kwargs)
 
     def close(self) -> None:
         if self._upload_id is None:  # one request
-            sync(self.s3.loop, self._call, "put_object", Body=self._taken())
+            body = self._taken()
+            sync(self.s3.loop, self._call, "put_object", Body=body)
+            self._give(body)
         else:
             if self._fill:
                 self._send_part()
