@@ -122,27 +122,29 @@ def read_whole(
     s3: Any, path: str, cipher_for: Callable[[Header | None], ObjectCipher | None]
 ) -> bytes | bytearray:
     """The whole object at `path`, decrypted (`cipher_for(header)`; None: plaintext, read
-    as it is) in one GET. The body is taken in by s3fs's event loop and decrypted in the
-    calling thread, so the loop goes on serving the other transfers meanwhile."""
+    as it is) in one GET, all in s3fs's event loop: the body is taken in to where its
+    plaintext goes and decrypted there, in place. (Many reader threads each decrypting their
+    own object and then waiting for the GIL back from the loop every transfer shares cost
+    more than the loop decrypting: docs/crypt.md, Performance.)"""
 
-    async def head() -> tuple[S3Get, bytes]:
+    async def read() -> bytes | bytearray:
         get = await S3Get(s3, path).open()
-        return get, await get.read_exactly(min(get.length, HEADER_SIZE))
+        try:
+            head = await get.read_exactly(min(get.length, HEADER_SIZE))
+            cipher = cipher_for(parse_header(head, path))
+            if cipher is None:
+                return head + await get.read_rest()
+            plain_size = cipher.layout.plain_size(get.length, path)
+            out = bytearray(plain_size + TAG)
+            receiver = SegmentReceiver(cipher, 0, plain_size)
+            await get.receive(receiver, memoryview(out), True)
+            receiver.open()
+            del out[plain_size:]
+            return out
+        finally:
+            get.close()
 
-    get, first = sync(s3.loop, head)
-    try:
-        cipher = cipher_for(parse_header(first, path))
-        if cipher is None:
-            return first + sync(s3.loop, get.read_rest)
-        plain_size = cipher.layout.plain_size(get.length, path)
-        out = bytearray(plain_size + TAG)
-        receiver = SegmentReceiver(cipher, 0, plain_size)
-        sync(s3.loop, get.receive, receiver, memoryview(out), True)
-        receiver.open()
-        del out[plain_size:]
-        return out
-    finally:
-        get.close()
+    return sync(s3.loop, read)
 
 
 def read_range(
