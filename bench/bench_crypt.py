@@ -143,14 +143,17 @@ def main() -> None:
                     enc = EncryptedFileSystem(fs=s3fs(s3_url), keyring=str(keyring))
                     variants["s3 encrypted"] = (enc, f"{BUCKET}/s3-enc")
             if "gateway" in paths:
-                builds = [("", env)]
-                if args.baseline:
+                here = str(Path(__file__).resolve().parent.parent)
+                builds = [("", env, here)]
+                if args.baseline:  # run from there: `python -c` imports from its cwd first
                     base = str(Path(args.baseline).resolve())
-                    builds.append(("base ", {**env, "PYTHONPATH": base}))
-                for build, build_env in builds:
+                    builds.append(("base ", {**env, "PYTHONPATH": base}, base))
+                for build, build_env, cwd in builds:
                     for mode, ring in (("plain", None), ("encrypted", keyring)):
                         name = f"{build}gateway {mode}"
-                        url, pid = stack.enter_context(gateway(work, backend, ring, build_env))
+                        url, pid = stack.enter_context(
+                            gateway(work, backend, ring, {**build_env, "PYTHONPATH": cwd}, cwd)
+                        )
                         gateway_pids[name] = pid
                         variants[name] = (s3fs(url), f"{BUCKET}/{name.replace(' ', '-')}")
         if "file" in paths:

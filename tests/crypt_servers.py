@@ -80,15 +80,16 @@ def seaweedfs(workdir: Path) -> Iterator[str]:
 
 @contextlib.contextmanager
 def gateway(
-    workdir: Path, backend: str, keyring: Path | None, env: dict
+    workdir: Path, backend: str, keyring: Path | None, env: dict, cwd: str | None = None
 ) -> Iterator[tuple[str, int]]:
-    """`corral crypt-proxy` in front of `backend`; yields its URL and PID."""
+    """`corral crypt-proxy` in front of `backend`; yields its URL and PID. `cwd`: where it
+    runs (`python -c` imports from there first: another checkout's corral runs from it)."""
     (port,) = free_ports(1)
     log = workdir / f"gateway-{port}.log"
     argv = [*CLI, "crypt-proxy", "--backend", backend, "--listen", f"127.0.0.1:{port}"]
     argv += ["--keyring", str(keyring)] if keyring else ["--no-encryption"]
     with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd)
     try:
         url = f"http://127.0.0.1:{port}"
         _wait_http(url, proc, log, timeout=30)
