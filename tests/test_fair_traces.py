@@ -327,3 +327,25 @@ def test_a_reclaim_does_not_take_the_place_of_a_job_a_reservation_waits_for():
     assert preempted(r) == [(700, "q3")], show(r)
     assert start_of(r, "small") == (700, ["gpu-0"]), show(r)
     assert start_of(r, "a1") == (2001, ["gpu-1"]), show(r)
+
+
+def test_a_refused_reclaim_is_tried_again_with_the_jobs_each_project_could_give_alone():
+    # 3 nodes x 8; guarantees p 8, q 4, r 2, s 10. r holds r1 (a whole node; 4x its
+    # guarantee), q holds qbig (a whole node) and q2 (4 GPUs beside s's s1). p's pj (8 GPUs,
+    # within p's guarantee) finds no room in each project's budget (r1 is beyond r's 6,
+    # qbig beyond what q has left once q2, more recent, is taken). Taken in victim order, r1
+    # (the most over-served project's) makes room, but leaves r with nothing, below p's share:
+    # refused. Tried again with the jobs each project could give up alone, qbig is taken
+    # (q keeps its 4).
+    q = quota({"p": {"gpu": 8}, "q": {"gpu": 4}, "r": {"gpu": 2}, "s": {"gpu": 10}})
+    jobs = [
+        job("qbig", "q", 8, submit=0, duration=LONG),
+        job("r1", "r", 8, submit=0, duration=LONG),
+        job("s1", "s", 4, submit=0, duration=LONG),
+        job("q2", "q", 4, submit=1, duration=LONG),
+        job("pj", "p", 8, submit=400, duration=100),
+    ]
+    r = run_checked({"cluster": "3x8:gpu", "quota": q, "jobs": jobs})
+    assert start_of(r, "q2") == (1, ["gpu-0"]), show(r)  # beside s1
+    assert preempted(r) == [(400, "qbig")], show(r)
+    assert start_of(r, "pj") == (400, ["gpu-1"]), show(r)
