@@ -155,7 +155,9 @@ def could_free_room(cycle: Cycle, job: Job, runs: Iterable[Running]) -> bool:
     probe step per candidate."""
     counter = free_room_counter(cycle, job)
     skip = awaited(cycle, job)
-    return counter.enough() or any(counter.release(r) for r in runs if r.job.id not in skip)
+    if skip:
+        runs = [r for r in runs if r.job.id not in skip]
+    return counter.enough() or any(map(counter.release, runs))
 
 
 def free_room_counter(cycle: Cycle, job: Job) -> SlotCounter:
