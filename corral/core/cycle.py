@@ -53,7 +53,7 @@ class Cycle:
         self.exclusive: dict[str, str] = (
             snap.exclusive_domains if base is None else base.exclusive
         ).copy()
-        # Copied per project on first write (`_copied`, which usage_changed reads).
+        # Copied per project on first write (`_copied`).
         self.usage: dict[str, dict[str, int]] = snap.usage if base is None else base.usage
         self._copied: set[str] = set() if base is None else set(base._copied)
         self.victims: dict[str, Running] = {}  # chosen for preemption in this cycle
@@ -168,10 +168,6 @@ class Cycle:
         held = self.usage.get(project)  # (typed lookups: fast once compiled)
         return 0 if held is None else held.get(accelerator, 0)
 
-    def usage_changed(self, project: str) -> bool:
-        """Has this cycle changed what the project holds (admitted or preempted its jobs)?"""
-        return project in self._copied
-
     def _add_usage(self, project: str, accelerator: str, amount: int) -> None:
         if self.usage is self.snap.usage:
             self.usage = dict(self.snap.usage)
@@ -251,18 +247,15 @@ class Cycle:
 
     def projects_may_fit(self) -> set[str]:
         """The projects with a pending job that could fit in what is free now (in what is not
-        held for the reservation, unless the project has jobs with a max_runtime), found per
-        worker size for all projects at once."""
-        pending, reserved = self.snap.pending, self.reservation is not None
+        held for the reservation, unless the project has jobs with a max_runtime)."""
+        pending = self.snap.pending
         found: set[str] = set()
-        for (accelerator, per_worker), needs in pending.fewest_by_size().items():
-            short = self.blocks(accelerator, per_worker, False)
-            long = self.blocks(accelerator, per_worker, True) if reserved else short
-            for workers, project in needs:
-                if workers > short:
-                    break  # (fewest first: the rest need more still)
-                if workers <= long or pending.bounded.get(project):
+        for project in pending.demand:
+            long = not pending.bounded.get(project)
+            for (accelerator, per), workers in pending.summary(project).fewest_workers.items():
+                if self.blocks(accelerator, per, long) >= workers:
                     found.add(project)
+                    break
         return found
 
     def may_fit_any(self) -> bool:

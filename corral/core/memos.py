@@ -40,19 +40,6 @@ class PolicyMemo:
     """Base of a policy's own memos (a user's policy may subclass it too)."""
 
 
-class Touched:
-    """The projects whose pending jobs, running jobs or usage changed since their reader last
-    asked (`take`); None: everything may have (the first time, and after a quota change).
-    Lets an index kept across cycles bring only those projects up to date."""
-
-    def __init__(self) -> None:
-        self.projects: set[str] | None = None
-
-    def take(self) -> set[str] | None:
-        found, self.projects = self.projects, set()
-        return found
-
-
 @dataclass(slots=True)
 class PlanMemo:
     """The latest reservation plan and everything it read (see reserve.plan_reservation), so
@@ -84,15 +71,3 @@ class SnapshotMemos:
         self.plan: PlanMemo | None = None
         # The policy's own, each entry checked against what it read before it is used.
         self.policy: PolicyMemo | None = None
-        # Every `Touched` handed out (`watch`): the snapshot adds each project it changes.
-        self.readers: list[Touched] = []
-        # Projects with a pending job that fits within their guarantee (projects_with_room):
-        # the projects in `rooms_touched` are asked again before each use.
-        self.rooms: set[str] = set()
-        self.rooms_touched = self.watch()
-
-    def watch(self) -> Touched:
-        """A new reader of the projects the snapshot changes."""
-        touched = Touched()
-        self.readers.append(touched)
-        return touched

@@ -3,7 +3,6 @@ and user, with the counts a cycle reads instead of walking the queue."""
 
 from __future__ import annotations
 
-from bisect import insort
 from collections.abc import Callable, Iterable
 
 from sortedcontainers import SortedKeyList
@@ -40,9 +39,6 @@ class PendingQueue:
         # project -> its shapes summed up (see `summary`), until a shape comes or goes.
         self._summaries: dict[str, ShapeSummary] = {}
         self._summary_all: ShapeSummary | None = None  # the same over all projects
-        self._by_size: dict[tuple[str, int], list[tuple[int, str]]] = {}
-        self._listed: dict[str, list[tuple[str, int]]] = {}  # project -> its sizes in _by_size
-        self._resized: set[str] = set()  # projects whose entries in _by_size are out of date
         self.bounded: dict[str, int] = {}  # project -> pending jobs with a max_runtime
         self.any_bounded = 0  # pending jobs with a max_runtime, over all projects
         self.priorities: dict[str, dict[int, int]] = {}  # project -> priority -> n
@@ -113,37 +109,6 @@ class PendingQueue:
             self._summary_all.check("pending summary", self.shapes)
         return self._summary_all
 
-    def fewest_by_size(self) -> dict[tuple[str, int], list[tuple[int, str]]]:
-        """(accelerator, per_worker) -> (fewest workers, project) for each project with a
-        pending job of that worker size, fewest first: which projects have a job that may fit
-        in so many free blocks, read without asking each project. Brought up to date for the
-        projects whose summary changed since the last read."""
-        by_size, listed = self._by_size, self._listed
-        for project in self._resized:
-            for size in listed.pop(project, ()):  # (only the sizes it is listed under)
-                needs = [need for need in by_size[size] if need[1] != project]
-                if needs:
-                    by_size[size] = needs
-                else:
-                    del by_size[size]
-            if project in self.demand:
-                fewest = self.summary(project).fewest_workers
-                for size, workers in fewest.items():
-                    insort(by_size.setdefault(size, []), (workers, project))
-                listed[project] = list(fewest)
-        self._resized.clear()
-        if memos.CHECKING:
-            fresh: dict[tuple[str, int], list[tuple[int, str]]] = {}
-            for project, shapes in self.demand.items():
-                for size, workers in ShapeSummary(shapes).fewest_workers.items():
-                    insort(fresh.setdefault(size, []), (workers, project))
-            memos.same("pending fewest by size", by_size, fresh)
-        return by_size
-
-    def _forget_summary(self, project: str) -> None:
-        self._summaries.pop(project, None)
-        self._resized.add(project)
-
     def add(self, job: Job) -> None:
         if job.id in self.jobs:
             raise ValueError(f"job {job.id} is already pending")
@@ -164,7 +129,7 @@ class PendingQueue:
         n = counts.get(shape, 0)
         counts[shape] = n + 1
         if n == 0:
-            self._forget_summary(project)
+            self._summaries.pop(project, None)
         priorities = inner(self.priorities, project)
         priorities[priority] = priorities.get(priority, 0) + 1
         self.priority_counts[priority] = self.priority_counts.get(priority, 0) + 1
@@ -222,7 +187,7 @@ class PendingQueue:
         counts = self.demand[job.project]
         decrement(counts, job.shape)
         if job.shape not in counts:
-            self._forget_summary(job.project)
+            self._summaries.pop(job.project, None)
         if not counts:
             del self.demand[job.project]
         priorities = self.priorities[job.project]

@@ -19,7 +19,7 @@ from mypy_extensions import mypyc_attr
 
 from corral.core.cycle import Cycle
 from corral.core.model import Job
-from corral.core.preempt import Preemption, Protection
+from corral.core.preempt import MAX_PREEMPTIONS, Preemption, Protection
 from corral.core.queues import RunningKey
 from corral.core.snapshot import Snapshot, default_queue_key
 from corral.formats.types import Node, Quota, SchedulerConfig
@@ -119,12 +119,12 @@ class Policy:
     def running_keys(self) -> dict[str, RunningKey]:
         """Static keys by which the snapshot keeps running jobs sorted for this policy, by name
         (`Snapshot.running_by`); a key may be None for jobs it leaves out. See Las, Srtf.
-        A preempting policy keeps its preemptible jobs by the end of their protection (what
-        `wake_at` reads)."""
+        A preempting policy keeps the jobs that `may_be_victim` by the end of their protection
+        (what `protection_ends` and `all_of_age` read)."""
         if not self.preempts:
             return {}
         until = self.protection.until
-        return {"protected": lambda run: until(run) if run.job.preemptible else None}
+        return {"protected": lambda run: until(run) if may_be_victim(run.job) else None}
 
     def queue_key_is_default(self) -> bool:
         """Does the queue keep `default_queue_key` order? (A subclass may say no.)"""
@@ -176,6 +176,13 @@ class Policy:
         condition (safe answer: True): False lets a driver skip the cycle for an arrival that
         cannot fit either."""
         return self.preempts
+
+
+def may_be_victim(job: Job) -> bool:
+    """Preemptible, and not preempted so often that it never is again (MAX_PREEMPTIONS): the
+    running jobs a preempting policy's indexes keep. (A capped job kept in them would be
+    protected for ever, and `all_of_age` false while it runs.)"""
+    return job.preemptible and job.preemptions < MAX_PREEMPTIONS
 
 
 class Shortcuts:

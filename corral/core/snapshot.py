@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from corral.core import memos
 from corral.core.freemap import FreeMap
 from corral.core.memos import SnapshotMemos
 from corral.core.model import Job, Running
@@ -111,12 +110,6 @@ class Cluster:
         )
 
 
-def _add_size(sizes: dict[str, dict[str, dict[int, int]]], run: Running) -> None:
-    job = run.job
-    counts = inner(inner(sizes, job.accelerator), job.project)
-    counts[job.demand] = counts.get(job.demand, 0) + 1
-
-
 def within(held: float, amount: float, guarantee: float) -> bool:
     """Would `amount` more than `held` stay within `guarantee`? (Guarantees are fractions
     of the pool: a little slack keeps a sum of shares from rounding below a whole job.) The
@@ -169,12 +162,15 @@ class Snapshot:
         self.preemptors: set[str] = set()
         self.exclusive_domains: dict[str, str] = {}  # domain -> job id holding it alone
         self.running: dict[str, Running] = {}
-        self._preemptible: dict[str, dict[str, SortedQueue[Running]]] | None = None
-        # Built when a policy first asks (see `preemptible_sizes`, `running_priorities`); the
-        # second two together.
-        self._sizes: dict[str, dict[str, dict[int, int]]] | None = None
-        self._priorities: dict[str, dict[int, int]] | None = None
-        self._priority_counts: dict[int, int] | None = None
+        # The preemptible running jobs: accelerator -> project -> in victim order (lowest
+        # priority, then most recently started, first), candidates without sorting per cycle;
+        # accelerator -> project -> demand -> how many (the smallest victim); project ->
+        # priority -> how many (can a pending job outrank one?), and priority -> how many.
+        # (A project's dict stays when it empties: readers take {} and absent alike.)
+        self.preemptible: dict[str, dict[str, SortedQueue[Running]]] = {}
+        self.preemptible_sizes: dict[str, dict[str, dict[int, int]]] = {}
+        self.running_priorities: dict[str, dict[int, int]] = {}
+        self.running_priority_counts: dict[int, int] = {}
         # Running jobs by when they will end at the latest (declared max_runtime), unknown ends
         # last and oldest first: the order in which a reservation expects capacity back.
         self.running_by_end = RunningByEnd()
@@ -214,8 +210,6 @@ class Snapshot:
         self.quota = quota
         self.capacity = self._capacity()
         self.guarantee = self._guarantees()
-        for reader in self.memos.readers:  # every reader starts over
-            reader.projects = None
 
     def guarantee_of(self, project: str, accelerator: str) -> float:
         shares = self.guarantee.get(project)  # (typed lookups: fast once compiled)
@@ -233,13 +227,11 @@ class Snapshot:
         if job.id in self.running:
             raise ValueError(f"job {job.id} is already running")
         self.pending.add(job)
-        self._touch(job.project)
         self.map.slots_of(job.accelerator, job.per_worker)
 
     def withdraw(self, job_id: str) -> Job:
         """Take a job out of the queue (cancelled, or about to start)."""
         job = self.pending.remove(job_id)
-        self._touch(job.project)
         self.preemptors.discard(job_id)
         return job
 
@@ -254,7 +246,6 @@ class Snapshot:
                 raise ValueError(f"node {self.cluster.nodes[i].name} lacks {per} free")
         self.pending.remove(job_id)
         self.preemptors.discard(job_id)
-        self._touch(job.project)
         for i in where:
             self._change_free(i, -per)
             self.node_jobs[i] += 1
@@ -272,12 +263,7 @@ class Snapshot:
         for by in self.running_by.values():
             by.add(run)
         if job.preemptible:
-            if self._priorities is not None:
-                self._add_priority(job)
-            if self._sizes is not None:
-                _add_size(self._sizes, run)
-            if self._preemptible is not None:
-                self._add_preemptible(run)
+            self._add_preemptible(run)
         return run
 
     def stop(self, job_id: str) -> Running:
@@ -288,18 +274,13 @@ class Snapshot:
             by.remove(run)
         job = run.job
         if job.preemptible:
-            if self._priorities is not None:
-                # (a project's dict stays when it empties: readers take {} and absent alike)
-                decrement(self._priorities[job.project], job.priority)
-                assert self._priority_counts is not None
-                decrement(self._priority_counts, job.priority)
-            if self._preemptible is not None:
-                discard(self._preemptible[job.accelerator], job.project, victim_order(run), run)
-            if self._sizes is not None:
-                sizes = self._sizes[job.accelerator]
-                decrement(sizes[job.project], job.demand)
-                if not sizes[job.project]:
-                    del sizes[job.project]
+            decrement(self.running_priorities[job.project], job.priority)
+            decrement(self.running_priority_counts, job.priority)
+            discard(self.preemptible[job.accelerator], job.project, victim_order(run), run)
+            sizes = self.preemptible_sizes[job.accelerator]
+            decrement(sizes[job.project], job.demand)
+            if not sizes[job.project]:
+                del sizes[job.project]
         per = job.per_worker
         self.terminating.pop(job_id, None)
         for i in run.nodes:
@@ -314,63 +295,7 @@ class Snapshot:
         held[job.accelerator] -= job.demand
         if not held[job.accelerator]:
             del held[job.accelerator]
-        self._touch(job.project)
         return run
-
-    @property
-    def preemptible(self) -> dict[str, dict[str, SortedQueue[Running]]]:
-        """accelerator -> project -> its preemptible running jobs in victim order (lowest
-        priority, then most recently started, first): candidates without sorting per cycle.
-        Built when a policy first asks (non-preemptive policies never pay for it)."""
-        if self._preemptible is None:
-            self._preemptible = defaultdict(dict)
-            for run in self.running.values():
-                if run.job.preemptible:
-                    self._add_preemptible(run)
-        return self._preemptible
-
-    @property
-    def preemptible_sizes(self) -> dict[str, dict[str, dict[int, int]]]:
-        """accelerator -> project -> demand -> how many preemptible running jobs: the smallest
-        victim. Built when a policy first asks, like `preemptible`. A type none has run on is
-        absent."""
-        if self._sizes is None:
-            self._sizes = {}
-            for run in self.running.values():
-                if run.job.preemptible:
-                    _add_size(self._sizes, run)
-        return self._sizes
-
-    @property
-    def running_priorities(self) -> dict[str, dict[int, int]]:
-        """project -> priority -> preemptible running jobs: can a pending job outrank one?
-        Built when a policy first asks, like `preemptible`."""
-        if self._priorities is None:
-            self._build_priorities()
-        assert self._priorities is not None
-        return self._priorities
-
-    @property
-    def running_priority_counts(self) -> dict[int, int]:
-        """priority -> preemptible running jobs, over all projects. Built with
-        `running_priorities`."""
-        if self._priority_counts is None:
-            self._build_priorities()
-        assert self._priority_counts is not None
-        return self._priority_counts
-
-    def _build_priorities(self) -> None:
-        self._priorities, self._priority_counts = {}, {}
-        for run in self.running.values():
-            if run.job.preemptible:
-                self._add_priority(run.job)
-
-    def _add_priority(self, job: Job) -> None:
-        assert self._priorities is not None and self._priority_counts is not None
-        counts = inner(self._priorities, job.project)
-        priority = job.priority
-        counts[priority] = counts.get(priority, 0) + 1
-        self._priority_counts[priority] = self._priority_counts.get(priority, 0) + 1
 
     def outrank_possible(self) -> bool:
         """Might some pending job outrank a preemptible running job of its own project? False
@@ -384,9 +309,14 @@ class Snapshot:
         return lowest is not None and any(p > lowest for p in self.pending.priority_counts)
 
     def _add_preemptible(self, run: Running) -> None:
-        assert self._preemptible is not None
-        by_project = self._preemptible[run.job.accelerator]
-        queue_in(by_project, run.job.project).add(victim_order(run), run)
+        job = run.job
+        queue_in(inner(self.preemptible, job.accelerator), job.project).add(victim_order(run), run)
+        sizes = inner(inner(self.preemptible_sizes, job.accelerator), job.project)
+        sizes[job.demand] = sizes.get(job.demand, 0) + 1
+        priorities, priority = inner(self.running_priorities, job.project), job.priority
+        priorities[priority] = priorities.get(priority, 0) + 1
+        counts = self.running_priority_counts
+        counts[priority] = counts.get(priority, 0) + 1
 
     def mark_terminating(self, job_id: str, preemptor: str = "") -> None:
         """The job was told to stop (live: SIGTERM, then its grace period); `preemptor`: the
@@ -405,34 +335,15 @@ class Snapshot:
 
     # -- reads -------------------------------------------------------------------------------
 
-    def _touch(self, project: str) -> None:
-        for reader in self.memos.readers:
-            if reader.projects is not None:
-                reader.projects.add(project)
-
     def projects_with_room(self) -> set[str]:
         """Projects with a pending job that would keep them within their guarantee of its
-        type (their smallest job of each type is enough to ask about). Read it, do not change
-        it: it is kept up to date as jobs come, start and stop, one project at a time."""
-        rooms, pending = self.memos.rooms, self.pending
-        touched = self.memos.rooms_touched.take()
-        if touched is None:
-            rooms.clear()
-            touched = set(pending.demand)
-        for project in touched:
-            if self._has_room(project):
-                rooms.add(project)
-            else:
-                rooms.discard(project)
-        if memos.CHECKING:
-            fresh = {p for p in pending.demand if self._has_room(p)}
-            memos.same("projects with room", rooms, fresh)
-        return rooms
-
-    def _has_room(self, project: str) -> bool:
-        pending = self.pending
-        least = pending.summary(project).least_demand if project in pending.demand else {}
-        return any(self.room_within(project, accel, need) for accel, need in least.items())
+        type (their smallest job of each type is enough to ask about)."""
+        found = set()
+        for project in self.pending.demand:
+            least = self.pending.summary(project).least_demand
+            if any(self.room_within(project, accel, need) for accel, need in least.items()):
+                found.add(project)
+        return found
 
     def room_within(self, project: str, accelerator: str, amount: int) -> bool:
         """Would `amount` more keep the project within its guarantee (see Cycle.room_within)?"""

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 
 from corral.core import memos
 from corral.core.cycle import Cycle
-from corral.core.memos import PolicyMemo, Touched
+from corral.core.memos import PolicyMemo
 from corral.core.model import Job, Running
 from corral.core.pending import Shape
-from corral.core.queues import SortedQueue, inner
+from corral.core.queues import SortedQueue
 from corral.core.reserve import outlasts
 from corral.core.snapshot import Snapshot
 
@@ -117,25 +117,7 @@ def _givers(cycle: Cycle, accel: str) -> list[_Giver]:
     if found is not None and memos.CHECKING:
         memos.same("fair givers", found, _fresh_givers(cycle, accel))
     if found is None:
-        found = by_type[accel] = []
-        snap = cycle.snap
-        # While what a project holds is the snapshot's (the cycle has not changed it), its
-        # answer is kept from cycle to cycle until its jobs change.
-        kept = _kept_givers(snap, accel)
-        for project, runs in snap.preemptible.get(accel, {}).items():
-            if cycle.usage_changed(project):
-                giver = _giver(snap, accel, project, cycle.held(project, accel), runs)
-            elif project in kept:
-                giver = kept[project]
-                if memos.CHECKING:
-                    fresh = _giver(snap, accel, project, snap.held(project, accel), runs)
-                    memos.same("fair giver " + project, giver, fresh)
-            else:
-                giver = kept[project] = _giver(
-                    snap, accel, project, snap.held(project, accel), runs
-                )
-            if giver is not None:
-                found.append(giver)
+        found = by_type[accel] = _fresh_givers(cycle, accel)
     return found
 
 
@@ -160,20 +142,6 @@ def _giver(
     if not counts:
         return None
     return _Giver(project, float(held), guarantee, min(counts), runs)
-
-
-def _kept_givers(snap: Snapshot, accel: str) -> dict[str, _Giver | None]:
-    """project -> `_giver` at the snapshot's state, for the projects asked about since their
-    jobs last changed (see memos.Touched)."""
-    memo = _kept(snap)
-    touched = memo.touched.take()
-    if touched is None:
-        memo.givers = {}
-    else:
-        for kept in memo.givers.values():
-            for project in touched:
-                kept.pop(project, None)
-    return inner(memo.givers, accel)
 
 
 class FairCycleMemo(PolicyMemo):
@@ -205,11 +173,7 @@ class FairCycleMemo(PolicyMemo):
 class FairKept(PolicyMemo):
     """fair's memos across cycles (`SnapshotMemos.policy`), each entry checked before use."""
 
-    def __init__(self, touched: Touched) -> None:
-        # Per type and project, `_giver` at the snapshot's state: the projects in `touched`
-        # (their jobs or usage changed) are dropped before each use; all on a quota change.
-        self.touched = touched
-        self.givers: dict[str, dict[str, _Giver | None]] = {}
+    def __init__(self) -> None:
         # Per (type, project), what `Fair._given` frees node by node with every job eligible:
         # (the project's preemptible jobs, (their changes, held, guarantee) then, amounts),
         # used while the jobs, changes, held and guarantee are the same.
@@ -222,6 +186,6 @@ def _kept(snap: Snapshot) -> FairKept:
     kept = memos_.policy
     if isinstance(kept, FairKept):
         return kept
-    made = FairKept(memos_.watch())
+    made = FairKept()
     memos_.policy = made
     return made

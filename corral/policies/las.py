@@ -24,6 +24,7 @@ from mypy_extensions import mypyc_attr
 from corral.core import memos
 from corral.core.cycle import Cycle
 from corral.core.model import Job, Running
+from corral.core.policy import may_be_victim
 from corral.core.queues import RunningKey
 from corral.policies.ranked import INF, Entry, Keep, RankCycleMemo, RankPolicy, run_of
 
@@ -200,11 +201,11 @@ def _arrival(job: Job) -> tuple:
 
 
 def _reach(run: Running, threshold: float) -> float | None:
-    """The first time at which a preemptible job's attained service, computed as
-    `running_rank` does, is at least `threshold` (None: never; -inf: from its start).
+    """The first time at which the attained service of a job that may be a victim, computed
+    as `running_rank` does, is at least `threshold` (None: never; -inf: from its start).
     Exact, not just close: the level a cycle reads from the index is the level it computes."""
     job, start = run.job, run.started_at
-    if not job.preemptible:
+    if not may_be_victim(job):
         return None
     if not job.demand:
         return -INF if job.attained >= threshold else None

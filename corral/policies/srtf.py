@@ -15,6 +15,7 @@ from mypy_extensions import mypyc_attr
 
 from corral.core.cycle import Cycle
 from corral.core.model import Job, Running
+from corral.core.policy import may_be_victim
 from corral.core.queues import RunningKey
 from corral.policies.ranked import INF, Keep, RankPolicy, run_of, slack
 
@@ -38,9 +39,9 @@ class Srtf(RankPolicy):
         return remaining(run.job) - (cycle.snap.now - run.started_at)
 
     def running_keys(self) -> dict[str, RunningKey]:
-        # end: when a preemptible job will be done; time left now is about end - now.
+        # end: when a job that may be a victim will be done; time left now is about end - now.
         keys = super().running_keys()
-        keys["end"] = lambda run: _end(run) if run.job.preemptible else None
+        keys["end"] = lambda run: _end(run) if may_be_victim(run.job) else None
         return keys
 
     def indexed_worse(
