@@ -243,13 +243,6 @@ def _check_counts(snap: Snapshot) -> bool:
         ):
             rooms.add(j.project)
     assert snap.projects_with_room() == rooms
-    # fewest_by_size: per worker size, each project's fewest workers of that size, sorted.
-    fewest: dict = {}
-    for j in pending:
-        need = fewest.setdefault((j.accelerator, j.per_worker), {})
-        need[j.project] = min(j.gang, need.get(j.project, j.gang))
-    by_size = {size: sorted((w, p) for p, w in need.items()) for size, need in fewest.items()}
-    assert snap.pending.fewest_by_size() == by_size
     return bool(rooms)
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from corral.core import memos
-from corral.core.freemap import DomainIndex, FreeMap
+from corral.core.freemap import FreeMap
 from corral.core.memos import PolicyMemo
 from corral.core.model import Decision, Job, Preempt, Reason, ReasonCode, Running, Start
 from corral.core.snapshot import Snapshot, within
@@ -265,15 +265,6 @@ class Cycle:
             if self.may_fit_shape(accelerator, per_worker, workers, False):
                 return True
         return False
-
-    def domains_by_free(self, accelerator: str) -> DomainIndex:
-        """The domains holding the type, by free accelerators of it."""
-        index = self.map.domains_by_free(accelerator)
-        if memos.CHECKING:
-            fresh = self.map.domain_totals(accelerator)
-            order = sorted((n, d) for d, n in fresh.items())
-            memos.same("free per domain", (index.free, index.order), (fresh, order))
-        return index
 
     def _take(self, node: int, amount: int) -> None:
         """Move `amount` accelerators of a node between free and used, keeping the indexes."""

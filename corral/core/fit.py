@@ -3,8 +3,8 @@
 A worker needs `per_worker` free accelerators of its type on one node; each slice's workers lie
 in one domain; an exclusive slice owns its domain alone. `pack` (best fit) takes the fullest
 domain and the fullest nodes that fit, keeping large blocks free for big gangs; `spread` takes
-the emptiest. Domains are visited in order of free capacity from an index, so a fit usually
-looks at one domain, not all of them.
+the emptiest. Domains are visited in order of free capacity, so a fit usually looks at the
+nodes of one domain, not all of them.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def _one_domain(
     for k in sizes:
         if not hist[k]:
             continue
-        for i in _with_available(free, held, nodes, k, hist[k], workers - len(out)):
+        for i in _with_available(free, held, nodes, k, workers - len(out)):
             out.extend([i] * min(k // per, workers - len(out)))
             if len(out) == workers:
                 return tuple(out)
@@ -82,29 +82,16 @@ def _one_domain(
 
 
 def _with_available(
-    free: list[int], held: dict[int, int] | None, nodes: tuple[int, ...], k: int, n: int, want: int
+    free: list[int], held: dict[int, int] | None, nodes: tuple[int, ...], k: int, want: int
 ) -> list[int]:
-    """The first `want` (by position) of the `n` nodes with exactly k available."""
-    lo, hi = nodes[0], nodes[-1] + 1
-    if hi - lo != len(nodes):  # not a run of positions: walk them
-        held = held or {}
-        return [i for i in nodes if free[i] - held.get(i, 0) == k][:want]
-    if not held:  # found by list.index, in C
-        found, i = [], lo - 1
-        for _ in range(min(want, n)):
-            i = free.index(k, i + 1, hi)
+    """The first `want` (by position) of the nodes with exactly k available."""
+    found: list[int] = []
+    for i in nodes:
+        if free[i] - (held.get(i, 0) if held else 0) == k:
             found.append(i)
-        return found
-    # Held nodes are few: check them one by one, and find the others by list.index.
-    found = [i for i, h in held.items() if lo <= i < hi and free[i] - h == k]
-    plain, i = 0, lo - 1
-    while plain < want and len(found) < n:
-        i = free.index(k, i + 1, hi)
-        if i not in held:
-            found.append(i)
-            plain += 1
-    found.sort()
-    return found[:want]
+            if len(found) == want:
+                break
+    return found
 
 
 def _place_slice(
@@ -147,7 +134,7 @@ def _candidate_domains(cycle: Cycle, job: Job, typed: dict):
     if len(typed) == 1:
         yield from typed
         return
-    roomy = cycle.domains_by_free(r.accelerator).at_least(r.per_worker * r.workers)
+    roomy = cycle.map.domains_by_free(r.accelerator, r.per_worker * r.workers)
     if cycle.spread:
         roomy.reverse()
     for _, domain in roomy:

@@ -8,7 +8,6 @@ cycle: `Cycle.long_map`); a what-if search counts the releases it tries on a nar
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
 from typing import TYPE_CHECKING
 
 from corral.core.queues import inner
@@ -24,7 +23,6 @@ class FreeMap:
         free: list[int],
         hist: dict[str, list[int]],
         slots: dict[str, dict[int, int]],
-        domains: dict[str, DomainIndex],
         held: dict[int, int] | None = None,
     ) -> None:
         self.cluster = cluster
@@ -39,8 +37,6 @@ class FreeMap:
         # (`slots_of`). (Nested, not keyed by tuples: a string's hash is kept, a tuple's is
         # computed on every lookup.)
         self.slots = slots
-        # accelerator -> its domains by free accelerators, once asked (not in a `beside` map).
-        self.domains = domains
 
     @classmethod
     def empty(cls, cluster: Cluster) -> FreeMap:
@@ -48,7 +44,7 @@ class FreeMap:
         hist = {accel: [0] * (size + 1) for accel, size in cluster.largest_node.items()}
         for node in cluster.nodes:
             hist[node.accelerator][node.count] += 1
-        return cls(cluster, [node.count for node in cluster.nodes], hist, {}, {})
+        return cls(cluster, [node.count for node in cluster.nodes], hist, {})
 
     def copy(self) -> FreeMap:
         return FreeMap(
@@ -56,7 +52,6 @@ class FreeMap:
             self.free.copy(),
             {accel: list(hist) for accel, hist in self.hist.items()},
             {accel: dict(counts) for accel, counts in self.slots.items()},
-            {accel: index.copy() for accel, index in self.domains.items()},
             self.held,
         )
 
@@ -68,15 +63,15 @@ class FreeMap:
             counts = hist[accelerator_of[i]]
             counts[free[i]] -= 1
             counts[max(0, free[i] - amount)] += 1
-        return FreeMap(self.cluster, free.copy(), hist, {}, {}, held)
+        return FreeMap(self.cluster, free.copy(), hist, {}, held)
 
     def counter(self, accelerator: str, per_worker: int) -> FreeMap:
-        """A copy that keeps one worker-slot count (and no domain index): what a what-if
-        search counts its releases on before it changes a probe (core/slots.py)."""
+        """A copy that keeps one worker-slot count: what a what-if search counts its releases
+        on before it changes a probe (core/slots.py)."""
         found = self.slots_of(accelerator, per_worker)
         hist = {accel: list(hist) for accel, hist in self.hist.items()}
         return FreeMap(
-            self.cluster, self.free.copy(), hist, {accelerator: {per_worker: found}}, {}, self.held
+            self.cluster, self.free.copy(), hist, {accelerator: {per_worker: found}}, self.held
         )
 
     def avail(self, node: int) -> int:
@@ -86,8 +81,7 @@ class FreeMap:
 
     def take(self, node: int, amount: int) -> None:
         """Move `amount` accelerators of a node from free to used (negative: back)."""
-        cluster = self.cluster
-        accel = cluster.accelerator_of[node]
+        accel = self.cluster.accelerator_of[node]
         before = self.free[node]
         after = self.free[node] = before - amount
         held = self.held
@@ -101,60 +95,25 @@ class FreeMap:
         if counts is not None:
             for per, count in counts.items():
                 counts[per] = count + after // per - before // per
-        index = self.domains.get(accel)
-        if index is not None:
-            index.take(cluster.domain_of[node], amount)
 
     def slots_of(self, accelerator: str, per_worker: int) -> int:
         """Free worker slots of a size, counted the first time, then kept by `take`."""
         counts = inner(self.slots, accelerator)
         found = counts.get(per_worker)
         if found is None:
-            hist = self.hist.get(accelerator, [0])
-            found = counts[per_worker] = count_slots(self.cluster, hist, accelerator, per_worker)
+            found = 0
+            for k, nodes in enumerate(self.hist.get(accelerator, [0])):
+                found += nodes * (k // per_worker)
+            counts[per_worker] = found
         return found
 
-    def domains_by_free(self, accelerator: str) -> DomainIndex:
-        """The domains holding the type, by free accelerators of it (built when first asked,
-        then kept by `take`)."""
-        index = self.domains.get(accelerator)
-        if index is None:
-            index = self.domains[accelerator] = DomainIndex(self.domain_totals(accelerator))
-        return index
-
-    def domain_totals(self, accelerator: str) -> dict[str, int]:
-        typed = self.cluster.typed_domains.get(accelerator, {})
-        free = self.free
-        return {d: sum(free[i] for i in nodes) for d, nodes in typed.items()}
-
-
-def count_slots(cluster: Cluster, hist: list[int], accelerator: str, per_worker: int) -> int:
-    """Worker slots of a size in the nodes a free histogram counts."""
-    weights = cluster.block_weights(accelerator, per_worker)
-    found = 0
-    for k in range(len(hist)):  # (a typed loop: compiled to native int arithmetic)
-        found += hist[k] * weights[k]
-    return found
-
-
-class DomainIndex:
-    """A type's domains ordered by free accelerators of it, (free, domain) ascending, so
-    placement visits first the domains a slice fits in, best first. A plain sorted list: a
-    few to a few hundred domains, copied with every what-if probe."""
-
-    def __init__(self, free: dict[str, int], order: list[tuple[int, str]] | None = None):
-        self.free = free
-        self.order = sorted((n, d) for d, n in free.items()) if order is None else order
-
-    def copy(self) -> DomainIndex:
-        return DomainIndex(dict(self.free), list(self.order))
-
-    def take(self, domain: str, amount: int) -> None:
-        total = self.free[domain]
-        del self.order[bisect_left(self.order, (total, domain))]
-        insort(self.order, (total - amount, domain))
-        self.free[domain] = total - amount
-
-    def at_least(self, size: int) -> list[tuple[int, str]]:
-        """(free, domain) of the domains with at least `size` free, fewest free first."""
-        return self.order[bisect_left(self.order, (size, "")) :]
+    def domains_by_free(self, accelerator: str, size: int) -> list[tuple[int, str]]:
+        """(free, domain) of the type's domains with at least `size` of it free, fewest
+        free first: placement visits first the domains a slice fits in, best first."""
+        free, found = self.free, []
+        for domain, nodes in self.cluster.typed_domains.get(accelerator, {}).items():
+            total = sum([free[i] for i in nodes])
+            if total >= size:
+                found.append((total, domain))
+        found.sort()
+        return found

@@ -74,12 +74,12 @@ class Policy:
         snap = cycle.snap
         if not self.preempts or not len(snap.pending):
             return None
-        until = self.protection.until
-        later = [until(r) for r in cycle.started if r.job.preemptible]
         index = snap.running_by.get("protected")
         if index is None:  # a subclass keeps its own indexes only
-            later += [until(r) for r in cycle.running_after() if r.job.preemptible]
+            until = self.protection.until
+            later = [until(r) for r in cycle.running_after() if r.job.preemptible]
         else:
+            later = [t for t in map(index.key, cycle.started) if t is not None]
             after = math.nextafter(snap.now, math.inf)  # entries: (until, id, run)
             for entries in index.by_type.values():
                 for i in range(entries.bisect_left((after,)), len(entries)):

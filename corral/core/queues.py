@@ -196,6 +196,11 @@ class RunningIndex:
                 entries = self.by_type[run.job.accelerator] = SortedList()
             entries.add(entry)
 
+    def key_of(self, job_id: str) -> float | None:
+        """The key a running job is kept by (None: not kept)."""
+        entry = self._entries.get(job_id)
+        return None if entry is None else entry[0]
+
     def remove(self, run: Running) -> None:
         entry = self._entries.pop(run.job.id, None)
         if entry is not None:  # its stored key: the job may have changed since it started

@@ -57,17 +57,6 @@ class Cluster:
     largest_node: dict[str, int]  # accelerator -> most accelerators on one node
     typed_domains: dict[str, dict[str, tuple[int, ...]]]  # accelerator -> domain -> its nodes
     _slots: dict[tuple[str, int], dict[str, int]] = field(default_factory=dict)
-    _weights: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
-
-    def block_weights(self, accelerator: str, per_worker: int) -> tuple[int, ...]:
-        """k // per_worker for k in 0..largest node: workers that fit beside k free (cached;
-        dotted with a free histogram it counts the worker slots of a type in C)."""
-        key = (accelerator, per_worker)
-        found = self._weights.get(key)
-        if found is None:
-            size = self.largest_node.get(accelerator, 0)
-            found = self._weights[key] = tuple(k // per_worker for k in range(size + 1))
-        return found
 
     def worker_slots(self, accelerator: str, per_worker: int) -> dict[str, int]:
         """Per domain, how many workers of this size fit on an empty pool (cached)."""

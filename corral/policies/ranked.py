@@ -10,7 +10,7 @@ the jobs worse than a pending job when it searches for victims, never every runn
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from heapq import heapify, heappop, heappush
 from operator import itemgetter
 from typing import ClassVar
@@ -24,6 +24,7 @@ from corral.core.model import Job, Running
 from corral.core.pending import Shape
 from corral.core.policy import Policy
 from corral.core.preempt import Preemption, Protection, could_free_room, find_victims
+from corral.core.queues import RunningIndex
 from corral.formats.types import SchedulerConfig
 
 INF = float("inf")
@@ -35,16 +36,25 @@ run_of = itemgetter(2)  # the run of an Entry
 class Keep:
     """Which indexed (so preemptible) running jobs may be victims in a cycle: not stopping,
     past their protection, and not among `taken` (the victims already chosen, or none).
-    `every`: no job is stopping, protected or taken, so all are (a caller may skip asking)."""
+    `every`: no job is stopping, protected or taken, so all are (a caller may skip asking).
+    The end of a job's protection is read from the `protected` index (`ends`), if kept."""
 
     def __init__(
-        self, now: float, protection: Protection, taken: dict[str, Running], every: bool
+        self,
+        now: float,
+        protection: Protection,
+        taken: dict[str, Running],
+        every: bool,
+        ends: RunningIndex | None,
     ) -> None:
-        self.now, self.until, self.taken = now, protection.until, taken
+        self.now, self.until, self.taken, self.ends = now, protection.until, taken, ends
         self.every = every and not taken
 
     def __call__(self, run: Running) -> bool:
-        return not run.terminating and self.now >= self.until(run) and run.job.id not in self.taken
+        if run.terminating or run.job.id in self.taken:
+            return False
+        until = None if self.ends is None else self.ends.key_of(run.job.id)
+        return self.now >= (self.until(run) if until is None else until)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -94,16 +104,7 @@ class RankPolicy(Policy):
         failed = cycle.policy_memo(RankCycleMemo).failed
         hopeless: dict[Shape, tuple[int, float]] = {}
         skips = self.skips
-
-        def dead(shape: Shape, key: tuple) -> bool:
-            """Would the walk drop the shape at the (not moved) job of this queue key, were no
-            jobs stopping? (No search has failed yet: only the worst rank bars it.)"""
-            if cycle.may_fit_shape(shape[0], shape[1], shape[2], False):
-                return False
-            worst = self._worst(cycle)
-            return worst is None or key[0] >= worst  # the job's pending_rank
-
-        walk = _Walk(cycle, self.moved(cycle), None if cycle.releasing or not skips else dead)
+        walk = _Walk(cycle, self.moved(cycle))
         for shape, job in walk:
             if skips and not cycle.may_fit(job, long=False):
                 if cycle.releasing:
@@ -170,7 +171,7 @@ class RankPolicy(Policy):
         taken = cycle.victims if untaken else {}
         snap = cycle.snap
         every = not snap.terminating and self.all_of_age(snap)
-        return Keep(snap.now, self.protection, taken, every)
+        return Keep(snap.now, self.protection, taken, every, snap.running_by.get("protected"))
 
     def may_preempt_for(self, cycle: Cycle, job: Job) -> bool:
         # The worst rank running once the cycle's starts are applied: las ranks change only at
@@ -191,7 +192,8 @@ class RankPolicy(Policy):
         before the next cycle, and the answer must hold for every arrival until then."""
         started = [r for r in cycle.started if r.job.preemptible]
         ranks = self.running_ranks(cycle, started)
-        worst = self.worst_indexed(cycle, Keep(INF, self.protection, cycle.victims, False))
+        keep = Keep(INF, self.protection, cycle.victims, False, None)
+        worst = self.worst_indexed(cycle, keep)
         if worst is not None:
             ranks.append(worst)
         return max(ranks, default=None)
@@ -270,19 +272,9 @@ class _Walk:
     """Pending jobs in the policy's order, as (shape, job): the per-shape queues (sorted by the
     queue key) merged, with the moved jobs at their own keys. A shape can be dropped for the
     rest of the cycle, or put to sleep until more running jobs are told to stop: then its
-    queue goes on after the job being considered.
+    queue goes on after the job being considered."""
 
-    With `dead` (no jobs stopping yet), a shape whose first job `dead` says would be dropped
-    is held out of the merge from the start: in most cycles most shapes are. Fit and victims
-    only get scarcer as the cycle goes on, so it would be dropped when reached, unless jobs
-    are told to stop before that: then it joins the merge at its first job."""
-
-    def __init__(
-        self,
-        cycle: Cycle,
-        moved: dict[str, tuple[tuple, Job]],
-        dead: Callable[[Shape, tuple], bool] | None = None,
-    ):
+    def __init__(self, cycle: Cycle, moved: dict[str, tuple[tuple, Job]]):
         self.cycle = cycle
         self.queues = cycle.snap.pending.by_shape
         self.keys = cycle.snap.pending.keys  # the queue keys, computed once per job
@@ -293,33 +285,12 @@ class _Walk:
         self.rest: dict[Shape, Iterator[Job]] = {}  # what is left of each shape's queue
         # (order key, shape, from the shape's queue (else a moved job), job)
         self.heap: list[tuple[tuple, Shape, bool, Job]] = []
-        self.held: list[tuple[tuple, Shape, bool, Job]] = []  # first jobs of held shapes
-        if dead is None:
-            for shape, queue in self.queues.items():
-                self.rest[shape] = iter(queue)
-                self._push(shape)
-        else:
-            self._hold_dead(dead)
+        for shape, queue in self.queues.items():
+            self.rest[shape] = iter(queue)
+            self._push(shape)
         for key, job in moved.values():
             self.heap.append((key, job.shape, False, job))
         heapify(self.heap)
-
-    def _hold_dead(self, dead: Callable[[Shape, tuple], bool]) -> None:
-        """Start the merge with the first job of each shape, holding out the dead shapes
-        (a shape with a moved job is merged as usual: its first job may be that one)."""
-        keys = self.keys
-        moving = {job.shape for _, job in self.moved.values()}
-        for shape, queue in self.queues.items():
-            self.rest[shape] = rest = iter(queue)
-            if shape in moving:
-                self._push(shape)
-                continue
-            first = next(rest)  # queues are never empty
-            entry = (keys[first.id], shape, True, first)
-            if dead(shape, entry[0]):
-                self.held.append(entry)
-            else:
-                self.heap.append(entry)
 
     def _push(self, shape: Shape) -> None:
         """Put the shape's next queued job (moved ones skipped) on the heap."""
@@ -353,18 +324,6 @@ class _Walk:
                 self._push(shape)
             last = key
             yield shape, job
-            if self.held and self.cycle.releasing:
-                self._unhold(last)
-
-    def _unhold(self, last: tuple) -> None:
-        """Jobs are told to stop (the job just yielded preempts): a held shape whose first job
-        came before it was dropped; the others join the merge, to be judged as jobs stop."""
-        for entry in self.held:
-            if entry[0] > last:
-                heappush(self.heap, entry)
-            else:
-                self.dead.add(entry[1])
-        self.held.clear()
 
     def _wake(self, last: tuple | None) -> None:
         """More jobs are stopping: sleeping shapes go on after the last job yielded."""
