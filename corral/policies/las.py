@@ -14,9 +14,8 @@ from __future__ import annotations
 import math
 import struct
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from functools import partial
-from operator import attrgetter
 from typing import ClassVar
 
 from mypy_extensions import mypyc_attr
@@ -112,35 +111,6 @@ class Las(RankPolicy):
         # Entries are (reach time, id, run): those before (the float after now,) reached it.
         return entries.islice(0, entries.bisect_left((math.nextafter(cycle.snap.now, INF),)))
 
-    def candidates(
-        self, cycle: Cycle, accelerator: str, rank: float
-    ) -> tuple[Iterable[Running], Iterator[Running]]:
-        # Not ranked one by one: the queues are read from the indexes, and only the worst
-        # queue is usually sorted (a search mostly takes its first few).
-        level = math.floor(rank) + 1
-        return self._in_queues(cycle, accelerator, level), self._worst_first(
-            cycle, accelerator, level
-        )
-
-    def _in_queues(self, cycle: Cycle, accelerator: str, level: int) -> Iterator[Running]:
-        """The candidate victims of a type in queue `level` or a later one, in any order."""
-        entries, keep = self._reached(cycle, accelerator, level), self._candidate(cycle, True)
-        if keep.every:
-            return map(run_of, entries)
-        return (run for _, _, run in entries if keep(run))
-
-    def _worst_first(self, cycle: Cycle, accelerator: str, level: int) -> Iterator[Running]:
-        """As RankPolicy.worst_first for the candidates in queue `level` or later: queue by
-        queue from the last, each by latest start, then by id."""
-        higher: set[str] = set()  # the jobs of the queues already done
-        for k in range(len(self.thresholds), level - 1, -1):
-            runs = list(self._in_queues(cycle, accelerator, k))
-            if higher:
-                runs = [run for run in runs if run.job.id not in higher]
-            runs.sort(key=_started_at, reverse=True)
-            yield from _ties_by_id(runs)
-            higher.update(map(_job_id, runs))
-
     def describe(self, rank: float) -> str:
         return f"queue {rank:g}"
 
@@ -178,21 +148,6 @@ class Las(RankPolicy):
         if due < len(waiting):
             later.append(self.revisit_at(waiting[due]))  # type: ignore[arg-type]
         return min(later) if later else None
-
-
-def _ties_by_id(runs: list[Running]) -> Iterator[Running]:
-    """`runs` (sorted by start, latest first) with the jobs that started at one time by id,
-    lazily: only the groups a search reaches are sorted."""
-    i, n = 0, len(runs)
-    while i < n:
-        j, start = i + 1, runs[i].started_at
-        while j < n and runs[j].started_at == start:
-            j += 1
-        if j > i + 1:
-            yield from sorted(runs[i:j], key=_job_id)
-        else:
-            yield runs[i]
-        i = j
 
 
 def _arrival(job: Job) -> tuple:
@@ -246,5 +201,3 @@ def _from_order(i: int) -> float:
 
 
 _MAGNITUDE = (1 << 63) - 1
-_job_id = attrgetter("job.id")
-_started_at = attrgetter("started_at")

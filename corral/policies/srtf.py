@@ -8,7 +8,6 @@ running jobs with strictly more time left, the longest first.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from typing import ClassVar
 
 from mypy_extensions import mypyc_attr
@@ -65,23 +64,6 @@ class Srtf(RankPolicy):
             if keep(run) and self.running_rank(cycle, run) > rank:
                 worse.append(run)
         return worse
-
-    def worst_first(self, cycle: Cycle, runs: list[Running]) -> Iterator[Running]:
-        """Runs latest end first: ends further apart than rounding can blur are in rank
-        order already; only runs of close ends are ranked with the exact formula."""
-        now, i = cycle.snap.now, 0
-        while i < len(runs):
-            j, end = i + 1, _end(runs[i])
-            while j < len(runs):
-                following = _end(runs[j])
-                if following != end and end - following > slack(now, end):
-                    break
-                j, end = j + 1, following
-            if j == i + 1:
-                yield runs[i]
-            else:
-                yield from super().worst_first(cycle, runs[i:j])
-            i = j
 
     def worst_indexed(self, cycle: Cycle, keep: Keep) -> float | None:
         worst = None
