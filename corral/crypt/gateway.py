@@ -15,6 +15,7 @@ a /PREFIX after the endpoint keeps every bucket under that backend bucket and pr
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import datetime as dt
@@ -552,13 +553,24 @@ class Gateway:
         for part in parts:
             if not await _run(self.raw.exists, part):
                 raise S3Error(400, "InvalidPart", f"part {part.rsplit('/', 1)[1]} was not uploaded")
+        # Joining re-encrypts every part under the object's own key: for a large object that
+        # takes longer than a client waits for a first byte (s3fs: 15 s), and a retry would
+        # find the parts gone. So, as S3 does, the answer starts at once and white space keeps
+        # the connection alive until the result, or an <Error> document, follows (botocore
+        # reads an error in a 200 answer to this call as a failure).
+        joined = asyncio.ensure_future(self.join(parts, bucket, key, upload_id))
+        return StreamingResponse(
+            _kept_alive(joined, "CompleteMultipartUploadResult", f"/{bucket}/{key}"),
+            media_type="application/xml",
+        )
+
+    async def join(self, parts: list[str], bucket: str, key: str, upload_id: str) -> str:
         await _run(self.concatenate, parts, f"{bucket}/{key}")
         await self.abort(bucket, upload_id)
         info = await self.info(f"{bucket}/{key}")
-        return _xml(
-            "CompleteMultipartUploadResult",
+        return (
             f"<Bucket>{escape(bucket)}</Bucket><Key>{escape(key)}</Key>"
-            f"<ETag>{escape(_etag(info))}</ETag>",
+            f"<ETag>{escape(_etag(info))}</ETag>"
         )
 
     async def abort(self, bucket: str, upload_id: str) -> None:
@@ -567,24 +579,47 @@ class Gateway:
             await _run(self.raw.rm, path, recursive=True)
 
 
+XML_DECLARATION = '<?xml version="1.0" encoding="UTF-8"?>'
+KEEP_ALIVE_S = 0.5  # white space this often while a long answer is being made
+
+
+def _document(root: str, inner: str) -> str:
+    return f'<{root} xmlns="http://s3.amazonaws.com/doc/2006-03-01/">{inner}</{root}>'
+
+
 def _xml(root: str, inner: str, status: int = 200) -> Response:
-    body = (
-        '<?xml version="1.0" encoding="UTF-8"?>'
-        f'<{root} xmlns="http://s3.amazonaws.com/doc/2006-03-01/">{inner}</{root}>'
-    )
+    body = XML_DECLARATION + _document(root, inner)
     return Response(body, status_code=status, media_type="application/xml")
 
 
-def s3_error(err: S3Error, resource: str) -> Response:
+def _error_document(err: S3Error, resource: str) -> str:
     inner = (
         f"<Code>{err.code}</Code><Message>{escape(err.message)}</Message>"
         f"<Resource>{escape(resource)}</Resource>"
     )
+    return f"<Error>{inner}</Error>"
+
+
+def s3_error(err: S3Error, resource: str) -> Response:
     return Response(
-        f'<?xml version="1.0" encoding="UTF-8"?><Error>{inner}</Error>',
+        XML_DECLARATION + _error_document(err, resource),
         status_code=err.status,
         media_type="application/xml",
     )
+
+
+async def _kept_alive(
+    result: asyncio.Future[str], root: str, resource: str
+) -> AsyncIterator[bytes]:
+    """A 200 answer's body: the XML declaration, a space every KEEP_ALIVE_S until `result`
+    is done, then its document, or an <Error> document if it failed."""
+    yield XML_DECLARATION.encode()
+    while not (await asyncio.wait({result}, timeout=KEEP_ALIVE_S))[0]:
+        yield b" "
+    try:
+        yield _document(root, result.result()).encode()
+    except Exception as err:  # the status is sent already: the error goes in the body
+        yield _error_document(as_s3_error(err), resource).encode()
 
 
 def as_s3_error(err: Exception) -> S3Error:
