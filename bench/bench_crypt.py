@@ -269,6 +269,17 @@ def _paired(plain: list[float], encrypted: list[float]) -> float:
     return round(100 * (statistics.median(ratios) - 1), 1)
 
 
+def _show_cpu(title: str, label: str, cpu: dict) -> None:
+    print(f"  {title}:")
+    for name, m in cpu["median_s"].items():
+        print(f"  {name:22s} write {m['write']:6.2f} s   restore {m['restore']:6.2f} s")
+    for pair, o in cpu["overhead_pct"].items():
+        print(
+            f"  {label} overhead {pair:18s} write {o['write']:+6.1f} %"
+            f"   restore {o['restore']:+6.1f} %"
+        )
+
+
 def show(summary: dict) -> None:
     shape, load = summary["shape"], summary["load_average"]
     print(
@@ -289,23 +300,9 @@ def show(summary: dict) -> None:
             f"  overhead {label:18s} write {o['write']:+6.1f} %   restore {o['restore']:+6.1f} %"
             "  (median of the repetitions' ratios)"
         )
-    print("  CPU time per step (client, SeaweedFS and gateways together):")
-    for name, m in summary["cpu"]["median_s"].items():
-        print(f"  {name:22s} write {m['write']:6.2f} s   restore {m['restore']:6.2f} s")
-    for label, o in summary["cpu"]["overhead_pct"].items():
-        print(
-            f"  CPU overhead {label:18s} write {o['write']:+6.1f} %"
-            f"   restore {o['restore']:+6.1f} %"
-        )
+    _show_cpu("CPU time per step (client, SeaweedFS and gateways together)", "CPU", summary["cpu"])
     if "gateway_cpu" in summary:
-        print("  the gateway's own CPU time per step:")
-        for name, m in summary["gateway_cpu"]["median_s"].items():
-            print(f"  {name:22s} write {m['write']:6.2f} s   restore {m['restore']:6.2f} s")
-        for label, o in summary["gateway_cpu"]["overhead_pct"].items():
-            print(
-                f"  gateway CPU overhead {label:18s} write {o['write']:+6.1f} %"
-                f"   restore {o['restore']:+6.1f} %"
-            )
+        _show_cpu("the gateway's own CPU time per step", "gateway CPU", summary["gateway_cpu"])
     for name, mib in summary["gateway_peak_rss_mib"].items():
         print(f"  {name} peak RSS {mib:.0f} MiB")
 
