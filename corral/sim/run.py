@@ -23,8 +23,10 @@ Choices written down here because results depend on them:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import multiprocessing
 import os
+import pickle
 import re
 import shutil
 import time
@@ -337,11 +339,12 @@ def run_policies(
     another; progress bars are for runs in this process only.
 
     When the runs go one after another here and there is a spare CPU, the outputs are a
-    pipeline beside the metrics, whose time is the command's: plots are drawn in a process
-    beside this one (see Drawer) from as soon as the time series is made, and the event log
-    is written by a forked process (see Aside) while the metrics are computed. (The job table
-    stays here: written aside too, its copy-on-write cost more than it saved on a busy
-    machine, and on an idle one the charts, not the table, are what the command waits for.)"""
+    pipeline beside the metrics, whose time is the command's: plots are drawn beside this
+    process (see Drawer) from as soon as the time series is made, and the event log is written
+    by a forked process (see Aside) while the metrics are computed. The job tables are written
+    last, once the comparison's charts are being drawn: the charts, not the table, are what
+    the command waits for. (The tables stay here: written aside too, their copy-on-write cost
+    more than it saved on a busy machine.)"""
     several = len(configs) > 1
     cpus = usable_cpus()
     workers = min(len(configs), processes or cpus)
@@ -366,19 +369,23 @@ def run_policies(
 
             with bar as update:
                 run = simulate(workload, config, options, update, replayed, swept)
-            return write_run(run, outputs, several, drawer, early=True)
+            return write_run(run, outputs, several, drawer, early=True, tables=tables)
 
+        tables: list[Callable[[], object]] = []  # job tables still to write (see above)
         reports = in_processes(run_and_write, configs, workers)
         written = [path for report in reports for path in report.written]
         if outputs.out is not None:
             written.append(write_comparison(reports, outputs.out, drawer))
+        for write in tables:
+            write()
     return reports, written
 
 
 class Drawer:
-    """Draws plots here, or, `aside`, in a forked process beside this one: it imports
-    matplotlib and draws a first figure (see plots.warm_up) while the engine runs, and draws
-    the charts while this process writes the other files.
+    """Draws plots here, or, `aside`, beside this one: a forked process imports matplotlib and
+    draws a first figure (see plots.warm_up) while the engine runs; then each chart is drawn
+    by a fork of that warm process, all at once, while this process writes the other files
+    (one after another in one process, the charts were what the command waited for).
     Leaving the context waits for every plot (and raises what drawing one raised). Make it
     before any thread starts (a progress bar's); a process forked while it is open (Aside)
     may use nothing its threads could be holding: writing files is fine."""
@@ -394,7 +401,7 @@ class Drawer:
         if self._pool is None:
             plot(*args)
         else:
-            self._drawn.append(self._pool.submit(plot, *args))
+            self._drawn.append(self._pool.submit(_draw_forked, plot, args))
 
     def __enter__(self) -> Drawer:
         return self
@@ -402,10 +409,57 @@ class Drawer:
     def __exit__(self, *exc: object) -> None:
         if self._pool is not None:
             try:
+                self._drawn.append(self._pool.submit(_join_drawings))
                 for future in self._drawn:
                     future.result()
             finally:
                 self._pool.shutdown(cancel_futures=True)
+
+
+# In Drawer's process: (pid, pipe its error comes back on) of each chart being drawn.
+_DRAWING: list[tuple[int, int]] = []
+
+
+def _draw_forked(plot: Callable[..., Path], args: tuple) -> None:
+    """Start drawing a chart in a fork of this (warm) process; _join_drawings waits for it."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the chart's process: draw, send back what it raised, end at once
+        os.close(read)
+        code = 0
+        try:
+            plot(*args)
+        except BaseException as err:  # noqa: BLE001 (handed to the parent to raise)
+            code = 1
+            with open(write, "wb") as pipe:
+                pipe.write(_pickled_error(err))
+        finally:
+            os._exit(code)
+    os.close(write)
+    _DRAWING.append((pid, read))
+
+
+def _join_drawings() -> None:
+    """Wait for every chart started by _draw_forked; raise the first error one raised."""
+    errors: list[BaseException] = []
+    while _DRAWING:
+        pid, read = _DRAWING.pop(0)
+        with open(read, "rb") as pipe:
+            sent = pipe.read()
+        status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        if sent:
+            errors.append(pickle.loads(sent))
+        elif status != 0:
+            errors.append(RuntimeError(f"drawing a chart: its process ended with {status}"))
+    if errors:
+        raise errors[0]
+
+
+def _pickled_error(err: BaseException) -> bytes:
+    try:
+        return pickle.dumps(err)
+    except Exception:  # noqa: BLE001 (an exception that cannot travel: its words do)
+        return pickle.dumps(RuntimeError(f"{type(err).__name__}: {err}"))
 
 
 class Aside:
@@ -557,16 +611,24 @@ def draw_policy_plots(series: Series, result: SimResult, directory: Path, drawer
 
 
 def write_policy_dir(
-    run: PolicyRun, directory: str | Path, drawer: Drawer | None = None, early: bool = False
+    run: PolicyRun,
+    directory: str | Path,
+    drawer: Drawer | None = None,
+    early: bool = False,
+    tables: list[Callable[[], object]] | None = None,
 ) -> Path:
     """DIR/jobs.csv, summary.json, utilisation.png, shares.png (the plots not when `early`:
-    drawn already, see run_policies). DIR/events.jsonl is write_run's."""
+    drawn already, see run_policies). DIR/events.jsonl is write_run's. Given `tables`, the
+    job table is not written now: what writes it is appended there."""
     drawer = drawer or Drawer()
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     if not early:
         draw_policy_plots(run.analysis.series, run.result, directory, drawer)
-    write_job_csv(run.analysis.rows, directory / "jobs.csv")
+    if tables is None:
+        write_job_csv(run.analysis.rows, directory / "jobs.csv")
+    else:  # the rows alone, not the run and its event log, are kept until then
+        tables.append(functools.partial(write_job_csv, run.analysis.rows, directory / "jobs.csv"))
     write_summary(run.summary, directory / "summary.json")
     return directory
 
@@ -577,10 +639,11 @@ def write_run(
     several: bool,
     drawer: Drawer | None = None,
     early: bool = False,
+    tables: list[Callable[[], object]] | None = None,
 ) -> Report:
     """The files of one run that `outputs` asks for: its events and summary files (named per
-    policy when there are several) and OUT/POLICY/ (see write_policy_dir); the event logs
-    (event_paths) and plots not when `early` (see run_policies)."""
+    policy when there are several) and OUT/POLICY/ (see write_policy_dir, and `tables`
+    there); the event logs (event_paths) and plots not when `early` (see run_policies)."""
     written: list[Path] = []
     paths = event_paths(run.name, outputs, several)
     if paths and not early:
@@ -591,7 +654,7 @@ def write_run(
         written.append(per_policy_path(outputs.summary, run.name, several))
         write_summary_file(run.summary, written[-1])
     if outputs.out is not None:
-        write_policy_dir(run, policy_dir(outputs.out, run.name), drawer, early)
+        write_policy_dir(run, policy_dir(outputs.out, run.name), drawer, early, tables)
     jcts = [r.jct for r in run.analysis.rows if r.jct is not None]
     return Report(run.name, run.summary, jcts, written)
 
