@@ -147,6 +147,69 @@ def test_real_philly_trace_loads_fully_and_fast():
     assert elapsed < 10.0  # about 0.8 s on one idle core; generous for a loaded CI box
 
 
+def _row_at_a_time(path, **kw):
+    """The Philly table as the loader reads it when the column-wise parse declines it."""
+    from corral.sim.traces import philly
+    from corral.sim.traces.common import load_csv
+
+    kw = {"accelerator": "v100", "gpus_per_node": 8, "skip_bad": False, **kw}
+    return load_csv(path, philly.COLUMNS, philly._rows, **kw)
+
+
+@pytest.mark.skipif(not PHILLY.exists(), reason=f"the Philly trace is not at {PHILLY}")
+def test_real_philly_trace_column_wise_is_row_at_a_time():
+    """The column-wise parse makes the very jobs (names, order, times, shapes) and origin."""
+    assert load_philly_csv(PHILLY) == _row_at_a_time(PHILLY)
+
+
+HEADER = "timestamp,duration,num_gpus,gpu_time,cluster,extra\n"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # ties on the submit second keep the file's order; blank lines are skipped; zero and
+        # negative-zero durations take 1 s; counts and numbers as float() and int() read them
+        "2017-10-09 07:01:55,5,1,1,A b\n\n2017-10-09 07:01:55,0,16,1,a_b,x\n"
+        "2017-10-08 23:59:59,-0,2,1,c\n2016-02-29 00:00:00, 1e3 ,+8,1,c\n",
+        # what only the row-at-a-time parse takes: counts written as floats, time zones,
+        # fractions of a second, ISO 'T'
+        "2017-10-09 07:01:55,5,8.0,1,a\n2017-10-09 07:01:56,5,1,1,a\n",
+        "2017-10-09 07:01:55+02:00,5,1,1,a\n2017-10-09 07:01:56,5,1,1,a\n",
+        "2017-10-09 07:01:55.5,5,1,1,a\n2017-10-09T07:01:56,5,1,1,a\n",
+    ],
+)  # fmt: skip
+def test_philly_csv_column_wise_is_row_at_a_time(tmp_path, body):
+    path = tmp_path / "t.csv"
+    path.write_text(HEADER + body)
+    assert load_philly_csv(path) == _row_at_a_time(path)
+
+
+@pytest.mark.parametrize(
+    "row, message",
+    [
+        ("2017-02-29 00:00:00,5,1,1,a", "timestamp: must be a time 'YYYY-MM-DD HH:MM:SS', got "),
+        ("2017-10-09 24:00:00,5,1,1,a", "timestamp: must be a time"),
+        ("0000-01-01 00:00:00,5,1,1,a", "timestamp: must be a time"),
+        ("2017-10-09 07:01:55,nan,1,1,a", "duration: must be a number of seconds >= 0, got 'nan'"),
+        ("2017-10-09 07:01:55,inf,1,1,a", "duration: must be a number of seconds >= 0, got 'inf'"),
+        ("2017-10-09 07:01:55,5,-2,1,a", "num_gpus: must be a positive integer, got '-2'"),
+        ("2017-10-09 07:01:55,5,1.5,1,a", "num_gpus: must be a positive integer, got '1.5'"),
+    ],
+)  # fmt: skip
+def test_philly_csv_bad_row_among_good_ones_is_named(tmp_path, row, message):
+    """A bad row anywhere in a table the column-wise parse would take gives the one line of
+    the row-at-a-time parse, with its line number; with skip_bad it alone is left out."""
+    good = "2017-10-09 07:01:55,5,1,1,a\n"
+    path = tmp_path / "t.csv"
+    path.write_text(HEADER + good * 3 + row + "\n" + good)
+    with pytest.raises(FormatError) as err:
+        load_philly_csv(path)
+    assert str(err.value).startswith(f"t.csv:5: {message}")
+    load = load_philly_csv(path, skip_bad=True)
+    assert len(load.jobs) == 4 and load.skip_reasons == {"bad-row": 1}
+
+
 def _philly_gpu_seconds():
     import csv
 

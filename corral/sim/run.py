@@ -372,7 +372,10 @@ def run_policies(
             return write_run(run, outputs, several, drawer, early=True, tables=tables)
 
         tables: list[Callable[[], object]] = []  # job tables still to write (see above)
-        reports = in_processes(run_and_write, configs, workers)
+        # Policies in processes of their own: this one waits, so it readies matplotlib
+        # meanwhile for the comparison's charts (drawn here, see write_comparison).
+        warm = _warm_up_plots if workers > 1 and outputs.out is not None else None
+        reports = in_processes(run_and_write, configs, workers, meanwhile=warm)
         written = [path for report in reports for path in report.written]
         if outputs.out is not None:
             written.append(write_comparison(reports, outputs.out, drawer))
@@ -513,11 +516,17 @@ def _warm_up_plots() -> None:
     warm_up()
 
 
-def in_processes(task: Callable[[T, bool], R], items: Sequence[T], processes=None) -> list[R]:
+def in_processes(
+    task: Callable[[T, bool], R],
+    items: Sequence[T],
+    processes=None,
+    meanwhile: Callable[[], object] | None = None,
+) -> list[R]:
     """[task(item, in_this_process) for item in items], in up to `processes` (default: the
     usable CPUs) forked processes at once when there are several items; in this process
     where fork is not available. Forked, the task and what it refers to (a loaded workload)
-    are shared as they are, not pickled; only results travel back."""
+    are shared as they are, not pickled; only results travel back. `meanwhile` is run here
+    once the processes are under way (not when the items run here)."""
     workers = min(len(items), processes or usable_cpus())
     if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
         return [task(item, True) for item in items]
@@ -526,7 +535,10 @@ def in_processes(task: Callable[[T, bool], R], items: Sequence[T], processes=Non
     try:
         context = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(workers, mp_context=context) as pool:
-            return list(pool.map(_forked_task, range(len(items))))
+            results = pool.map(_forked_task, range(len(items)))  # (all forked by now)
+            if meanwhile is not None:
+                meanwhile()
+            return list(results)
     finally:
         _FORKED = None
 

@@ -103,16 +103,16 @@ def positive_int(name: str, text: str) -> int:
 
 def non_negative_int(name: str, text: str, what: str = "an integer >= 0") -> int:
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
-        pass
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not value.is_integer() or value < 0:
+        try:
+            number = float(text)
+        except ValueError:
+            number = math.nan
+        value = int(number) if number.is_integer() else -1
+    if value < 0:  # (a negative count written as an integer once got through: "-2")
         raise BadRow(name, f"must be {what}, got {text!r}")
-    return int(value)
+    return value
 
 
 def seconds(name: str, text: str) -> float:
@@ -163,9 +163,10 @@ class JobBuilder:
         """Sort by (submit, row index), rebase to 0, build. Returns the jobs and the raw t0."""
         raw.sort()
         t0 = raw[0][0] if raw else 0.0
-        shape = self.resources
+        shapes = {gpus: self.resources(gpus) for gpus in {r[4] for r in raw}}
+        spec, job = JobSpec, ScenarioJob  # (locals: this runs once per job of a trace)
         return [
-            ScenarioJob(JobSpec(f"j{i}", team, shape(gpus), command=""), user, sub - t0, dur)
+            job(spec(f"j{i}", team, shapes[gpus], ""), user, sub - t0, dur)
             for sub, i, team, user, gpus, dur in raw
         ], t0
 
@@ -221,22 +222,30 @@ def load_csv(
     accelerator: str,
     gpus_per_node: int,
     skip_bad: bool,
+    columnwise: Callable[[object, list[int], Skips], list[RawJob] | None] | None = None,
 ) -> TraceLoad:
     """The frame of a CSV trace loader: header check, `rows(reader, column positions, skips)`
-    for the body, then sort, rebase and build. Unreadable bytes become one FormatError line."""
+    for the body, then sort, rebase and build. Unreadable bytes become one FormatError line.
+    Given `columnwise` (the same, quicker, or None for a table it would rather `rows` read),
+    that first."""
     path = Path(path)
-    builder = JobBuilder(accelerator, gpus_per_node)
-    skips = Skips(path, skip_bad)
-    with open_text(path) as f, bulk():
-        reader = csv.reader(f)
-        try:
-            cols = header_index(path.name, next(reader, None), columns)
-            raw = rows(reader, cols, skips)
-        except csv.Error as err:
-            raise FormatError(f"{path.name}:{reader.line_num}: not a readable CSV: {err}") from None
-        except UnicodeDecodeError:
-            raise FormatError(f"{path.name}:{bad_utf8(path)}") from None
-        return finish_load(raw, builder, skips)
+    for parse in (rows,) if columnwise is None else (columnwise, rows):
+        builder = JobBuilder(accelerator, gpus_per_node)
+        skips = Skips(path, skip_bad)
+        with open_text(path) as f, bulk():
+            reader = csv.reader(f)
+            try:
+                cols = header_index(path.name, next(reader, None), columns)
+                raw = parse(reader, cols, skips)
+            except csv.Error as err:
+                raise FormatError(
+                    f"{path.name}:{reader.line_num}: not a readable CSV: {err}"
+                ) from None
+            except UnicodeDecodeError:
+                raise FormatError(f"{path.name}:{bad_utf8(path)}") from None
+            if raw is not None:
+                return finish_load(raw, builder, skips)
+    raise AssertionError("rows() gives a list")  # (not reached)
 
 
 def bad_utf8(path: Path) -> str:
