@@ -108,19 +108,16 @@ class Series:
 
 def infos_from_jobs(jobs: Iterable[ScenarioJob]) -> dict[str, JobInfo]:
     """JobInfo for each job of a scenario or trace, keyed by job name."""
+    info, infos = JobInfo, {}
     with no_cyclic_gc():  # (one object per job)
-        return {
-            j.spec.name: JobInfo(
-                name=j.spec.name,
-                project=j.spec.project,
-                user=j.user,
-                submit=j.submit,
-                duration=j.duration,
-                demand=j.spec.resources.total,
-                accelerator=j.spec.resources.accelerator,
-            )
-            for j in jobs
-        }
+        for j in jobs:  # (positional, spec and resources read once: once per job of a trace)
+            spec = j.spec
+            shape = spec.resources
+            infos[spec.name] = info(
+                spec.name, spec.project, j.user, j.submit, j.duration, shape.total,
+                shape.accelerator,
+            )  # fmt: skip
+    return infos
 
 
 def guarantees_from_quota(quota: Quota, capacity: Mapping[str, int]) -> dict[str, dict[str, float]]:
