@@ -80,15 +80,17 @@ def _span(series: Series) -> tuple[float, float]:
     return start, end if end > start else start + 1.0
 
 
-def warm_up() -> None:
-    """Draw each chart once, small, to nowhere: the first figure of a process pays for loading
-    fonts and filling matplotlib's text and path caches (a third of drawing a whole trace's
-    charts), which a process drawing aside can do while the engine runs."""
+def warm_up(comparison_only: bool = False) -> None:
+    """Draw each chart once (or the comparison's two), small, to nowhere: the first figure of
+    a process pays for loading fonts and filling matplotlib's text and path caches (a third of
+    drawing a whole trace's charts), which a process drawing aside can do while the engine
+    runs."""
     times, one = np.array([0.0, 3600.0]), np.array([1.0, 0.0])
     series = Series(times, one, one[::-1], {"a": one}, {"gpu": one}, 2, one)
     figures = {"starved_time": 1.0, "starved_longest": 1.0, "wait_mean": 1.0}
-    plot_utilisation(series, os.devnull)
-    plot_shares(series, {"a": {"gpu": 1.0}}, 2, os.devnull)
+    if not comparison_only:
+        plot_utilisation(series, os.devnull)
+        plot_shares(series, {"a": {"gpu": 1.0}}, 2, os.devnull)
     plot_jct_cdf({"a": [1.0, 60.0]}, os.devnull)
     plot_starved({"a": {"per_project": {"a": figures}}}, os.devnull)
 

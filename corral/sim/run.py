@@ -372,8 +372,9 @@ def run_policies(
 
         tables: list[Callable[[], object]] = []  # job tables still to write (see above)
         # Policies in processes of their own: this one waits, so it readies matplotlib
-        # meanwhile for the comparison's charts (drawn here, see write_comparison).
-        warm = _warm_up_plots if workers > 1 and outputs.out is not None else None
+        # meanwhile for the comparison's charts (drawn here, see write_comparison), rather
+        # than after the last policy.
+        warm = _warm_up_comparison if workers > 1 and outputs.out is not None else None
         reports = in_processes(run_and_write, configs, workers, meanwhile=warm)
         written = [path for report in reports for path in report.written]
         if outputs.out is not None:
@@ -467,6 +468,12 @@ def _warm_up_plots() -> None:
     from corral.sim.plots import warm_up
 
     warm_up()
+
+
+def _warm_up_comparison() -> None:
+    from corral.sim.plots import warm_up
+
+    warm_up(comparison_only=True)
 
 
 def in_processes(
