@@ -153,11 +153,12 @@ def read_events(path: str | Path) -> list[dict[str, Any]]:
 class _Track:
     """One job's state during the sweep."""
 
-    __slots__ = ("info", "project", "state", "start", "running_since", "pending_since",
+    __slots__ = ("info", "project", "kind", "state", "start", "running_since", "pending_since",
                  "run_time", "waited", "end", "finish", "preemptions")  # fmt: skip
 
-    def __init__(self, info: JobInfo, project: _Project) -> None:
+    def __init__(self, info: JobInfo, project: _Project, kind: int) -> None:
         self.info, self.project = info, project
+        self.kind = kind  # its accelerator's code (looked up once, not at each start and stop)
         self.state = "new"
         self.start: float | None = None
         self.running_since: float | None = None
@@ -275,7 +276,7 @@ class _Replay:
                     now_busy += info.demand
                     at.append(i)
                     by_project.append(project.code)
-                    by_type.append(self._accelerator(info.accelerator))
+                    by_type.append(job.kind)
                     delta.append(info.demand)
                 if job.start is None:
                     job.start = t
@@ -305,7 +306,7 @@ class _Replay:
                 now_busy -= info.demand
                 at.append(i)
                 by_project.append(project.code)
-                by_type.append(self._accelerator(info.accelerator))
+                by_type.append(job.kind)
                 delta.append(-info.demand)
             if kind in _END_STATE:
                 job.state = _END_STATE[kind]
@@ -340,7 +341,7 @@ class _Replay:
         project = self.projects.get(info.project)
         if project is None:
             project = self.projects[info.project] = _Project(len(self.projects))
-        track = self.jobs[name] = _Track(info, project)
+        track = self.jobs[name] = _Track(info, project, self._accelerator(info.accelerator))
         return track
 
     def _accelerator(self, name: str) -> int:
