@@ -5,7 +5,7 @@ in the cycle that started the attempt, protection for a job preempted many times
 from __future__ import annotations
 
 import pytest
-from simkit import job, preempted, quota, run_checked, show, start_of, starts
+from simkit import events, job, preempted, quota, run_checked, show, start_of, starts
 
 from corral.core.decide import decide
 from corral.core.model import Job
@@ -349,3 +349,42 @@ def test_a_refused_reclaim_is_tried_again_with_the_jobs_each_project_could_give_
     assert start_of(r, "q2") == (1, ["gpu-0"]), show(r)  # beside s1
     assert preempted(r) == [(400, "qbig")], show(r)
     assert start_of(r, "pj") == (400, ["gpu-1"]), show(r)
+
+
+# --- reservations that do not idle the pool (docs/scheduling.md) -------------------------------
+
+
+def _reservation_with_unknown_due(*late: dict) -> dict:
+    # 3 nodes x 4; guarantees p 4, q 6, r 2; b none. No job can be reclaimed: q holds its
+    # guarantee, r1 (3 GPUs) is more than r has above its own. None has a max_runtime.
+    # p's p1 (4 GPUs, within p's guarantee) reserves gpu-0, due when q1 ends (at 1000): not
+    # known. `late` come after it.
+    q = quota({"p": {"gpu": 4}, "q": {"gpu": 6}, "r": {"gpu": 2}}, {"b": [".*"]})
+    jobs = [
+        job("q1", "q", 2, submit=0, duration=1000),  # gpu-0, 2 free beside it
+        job("q2", "q", 4, submit=0, duration=LONG),  # gpu-1
+        job("r1", "r", 3, submit=0, duration=LONG),  # gpu-2, 1 free beside it
+        job("p1", "p", 4, submit=10, duration=100),
+        *late,
+    ]
+    return {"cluster": "3x4:gpu", "quota": q, "jobs": jobs}
+
+
+def test_a_borrower_runs_in_a_reservation_not_known_to_be_due_and_is_reclaimed_when_it_is():
+    r = run_checked(_reservation_with_unknown_due(job("b1", "b", 2, submit=20, duration=LONG)))
+    assert start_of(r, "b1") == (20, ["gpu-0"]), show(r)  # beside q1, in what p1 holds
+    assert preempted(r) == [(1000, "b1")], show(r)
+    assert "reclaimed by project p" in events(r, "preempt")[0]["reason"], show(r)
+    assert start_of(r, "p1") == (1000, ["gpu-0"]), show(r)
+
+
+def test_what_a_reservation_holds_is_not_lent_to_jobs_it_could_not_take_back():
+    # r2 cannot be preempted (r is borrowing); p2 can, but p holds less than its guarantee.
+    # Neither uses gpu-0 beside q1 while p1 waits.
+    late = [
+        job("r2", "r", 2, submit=20, duration=100, preemptible=False),
+        job("p2", "p", 2, submit=20, duration=100),
+    ]
+    r = run_checked(_reservation_with_unknown_due(*late))
+    assert not preempted(r) and start_of(r, "p1") == (1000, ["gpu-0"]), show(r)
+    assert all(t >= 1000 for t, name, _ in starts(r) if name in ("r2", "p2")), show(r)

@@ -98,7 +98,8 @@ class Plain(Fair):
 
     def _plain_fits(self, cycle: Cycle, project: str) -> bool:
         pending = cycle.snap.pending
-        long = cycle.reservation is not None and not pending.bounded.get(project)
+        lent = pending.bounded.get(project) or cycle.lends_to(project)
+        long = cycle.reservation is not None and not lent
         shapes = pending.demand.get(project, ())
         return any(cycle.may_fit_shape(a, p, w, long) for a, p, w in shapes)
 

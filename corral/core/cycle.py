@@ -28,6 +28,7 @@ class Reservation:
     due: float | None  # when the capacity is expected to be there; None: not known
     held: dict[int, int]  # node -> accelerators that jobs outlasting `due` may not take
     waits_for: set[str]  # the running jobs it waits for (released by the plan)
+    lends: bool  # may later borrowers use what it holds (see reserve.borrows)
 
     def __init__(
         self,
@@ -39,6 +40,7 @@ class Reservation:
     ) -> None:
         self.job, self.nodes, self.due, self.held = job, nodes, due, held
         self.waits_for = set() if waits_for is None else waits_for
+        self.lends = False
 
 
 class Cycle:
@@ -247,16 +249,25 @@ class Cycle:
 
     def projects_may_fit(self) -> set[str]:
         """The projects with a pending job that could fit in what is free now (in what is not
-        held for the reservation, unless the project has jobs with a max_runtime)."""
+        held for the reservation, unless the project has jobs with a max_runtime or borrows)."""
         pending = self.snap.pending
         found: set[str] = set()
         for project in pending.demand:
-            long = not pending.bounded.get(project)
+            long = not pending.bounded.get(project) and not self.lends_to(project)
             for (accelerator, per), workers in pending.summary(project).fewest_workers.items():
                 if self.blocks(accelerator, per, long) >= workers:
                     found.add(project)
                     break
         return found
+
+    def lends_to(self, project: str) -> bool:
+        """Might the reservation lend what it holds to a job of the project: does the project
+        hold at least its guarantee of the type (borrowing)? (See reserve.borrows.)"""
+        res = self.reservation
+        if res is None or not res.lends:
+            return False
+        accel = res.job.accelerator
+        return self.held(project, accel) + 1e-9 >= self.snap.guarantee_of(project, accel)
 
     def may_fit_any(self) -> bool:
         """Could any pending job fit? (Held capacity counts as free: conservative.)"""

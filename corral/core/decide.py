@@ -14,7 +14,7 @@ from corral.core.fit import place_unless_failed
 from corral.core.model import Decision, Job, Reason
 from corral.core.policy import Policy
 from corral.core.preempt import place_after_release
-from corral.core.reserve import outlasts, plan_reservation
+from corral.core.reserve import may_lend, outlasts, plan_reservation
 from corral.core.snapshot import Snapshot
 
 
@@ -22,8 +22,9 @@ class Reserver:
     """Plans the reservation of the cycle's reserver (the first blocked job allowed one)
     once, when it first matters."""
 
-    def __init__(self) -> None:
+    def __init__(self, lends: bool = False) -> None:
         self.planned = False
+        self.lends = lends  # the policy's (Policy.lends)
 
     def before_admitting(self, cycle: Cycle) -> bool:
         """Plan the reservation if still pending. True when one now constrains placement."""
@@ -33,6 +34,7 @@ class Reserver:
         reservation = plan_reservation(cycle, cycle.reserver)
         if reservation is None:
             return False
+        reservation.lends = self.lends and may_lend(cycle, reservation)
         cycle.reserve(reservation)
         return True
 
@@ -59,7 +61,7 @@ def run_cycle(snap: Snapshot, policy: Policy, reasons: bool = False) -> CycleRun
     (the simulator, which never reads them), only the jobs the cycle examined have one, and
     the cycle costs what it changes, not the length of the queue."""
     cycle = Cycle(snap, spread=policy.spread)
-    reserver = Reserver()
+    reserver = Reserver(policy.lends)
     first = {job.id for job in _preemptors(snap) if _keep_room(cycle, job)}
     for job in policy.order(cycle):
         if job.id not in first:
@@ -158,7 +160,7 @@ def _explain_the_rest(cycle: Cycle, given: dict[str, Reason]) -> None:
             continue
         r = job.resources
         kind: tuple = (job.project, job.shape, r.slices, r.exclusive)
-        kind += (job.preemptible, job.interactive, job.max_runtime)
+        kind += (job.preemptible, job.interactive, job.max_runtime, outlasts(cycle, job))
         found = kinds.get(kind)
         if found is None:
             capped = reasons.limit(cycle, job)

@@ -38,6 +38,9 @@ class Policy:
             self.config.preempt_min_runtime, self.config.project_min_runtime
         )
         self.preempts = self.preemptive or not self.is_default("victims")
+        # Whether a reservation not known to be due lends what it holds (reserve.borrows): only
+        # where the victim search reclaims it for the reserved job.
+        self.lends = False
         self.shortcuts = Shortcuts(type(self))
 
     def option(self, key: str, default):

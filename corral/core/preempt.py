@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from corral.core.cycle import Cycle
 from corral.core.fit import place, place_unless_failed
 from corral.core.model import Job, Running
-from corral.core.reserve import outlasts
+from corral.core.reserve import FREE_PREEMPTIONS, outlasts
 from corral.core.slots import SlotCounter
 from corral.core.snapshot import share_ratio, within
 
@@ -25,7 +25,6 @@ from corral.core.snapshot import share_ratio, within
 # MAX_PREEMPTIONS it is never preempted again (it still never runs beyond its guarantee's
 # rules when it starts: only its running attempt is kept).
 FIRST_CYCLE = 1.0
-FREE_PREEMPTIONS = 2
 MAX_PROTECTION = 24 * 3600.0
 MAX_PREEMPTIONS = 10
 

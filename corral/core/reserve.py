@@ -2,7 +2,8 @@
 
 Running jobs are released in the order they are expected to end (declared max_runtime; jobs
 with no limit last, oldest first) until the job fits. The nodes it would then take are held:
-a later job may use them only if it ends before the reservation is due (DESIGN.md §3.6).
+a later job may use them only if it ends before the reservation is due (DESIGN.md §3.6), or,
+while that is unknown, if the reserved job can take them back (`borrows`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from corral.core.fit import from_histogram, place
 from corral.core.memos import PlanMemo
 from corral.core.model import Job, Running
 from corral.core.slots import SlotCounter
+
+FREE_PREEMPTIONS = 2  # preemptions of a job before its protection grows (preempt.Protection)
 
 
 def plan_reservation(cycle: Cycle, job: Job) -> Reservation | None:
@@ -185,7 +188,36 @@ def _held(cycle: Cycle, probe: Cycle, job: Job, nodes: tuple[int, ...]) -> dict[
 def outlasts(cycle: Cycle, job: Job) -> bool:
     """Must the job keep off the capacity held for the cycle's reservation (`long`)?"""
     res = cycle.reservation
-    return res is not None and not is_short(job, res, cycle.snap.now)
+    return (
+        res is not None and not is_short(job, res, cycle.snap.now) and not borrows(cycle, job, res)
+    )
+
+
+def borrows(cycle: Cycle, job: Job, res: Reservation) -> bool:
+    """May the job use what a reservation not known to be due holds (`lends`: the policy
+    preempts and the reserved job is within its guarantee)? If it is later, preemptible and of
+    a project holding its guarantee: the reserved job reclaims it once the jobs it waits for
+    are gone, so the capacity is not left idle until then. Not if its protection has grown:
+    the reserved job would wait for it past preempt_min_runtime."""
+    return (
+        job.preemptible
+        and job.preemptions <= FREE_PREEMPTIONS
+        and (res.job.submit_time, res.job.id) < (job.submit_time, job.id)
+        and cycle.lends_to(job.project)
+    )
+
+
+def may_lend(cycle: Cycle, res: Reservation) -> bool:
+    """Might a reservation lend what it holds (the policy preempting)? Only while not known
+    to be due, its job can take it back (by reclaim: within its guarantee) and it waits for a
+    job started before its own was submitted: not only for jobs it lent to (else it would
+    lend on to new ones while it could start as soon as those are gone)."""
+    running, first = cycle.snap.running, res.job
+    return (
+        res.due is None
+        and cycle.within_guarantee(first)
+        and any(running[i].started_at < first.submit_time for i in res.waits_for)
+    )
 
 
 def is_short(job: Job, reservation: Reservation, now: float) -> bool:

@@ -50,6 +50,7 @@ from corral.policies.fair_memos import (
 from corral.policies.fair_walk import ACT, PASS, STOP, _Answers, _ProjectQueue, _UserQueue, queue_of
 
 INF = float("inf")
+LEND_WAIT = 600.0  # the longest a reserved job may wait past due for a job it lent to
 JUMP_AFTER = 1  # jobs passed over in a row before a walk looks for the next one that matters
 
 
@@ -69,6 +70,10 @@ class Fair(Policy):
         # asked per job), and jump over a user's jobs (see queue_of): asked once, not per queue.
         self.own_reserve = self.runs_own(Fair, "may_reserve")
         self.jumps = self.queue_key_is_default()
+        # A reservation lends what it holds (reserve.borrows) where the reserved job takes it
+        # back by reclaim, and soon: a borrower is safe for its preempt_min_runtime.
+        wait = max([self.config.preempt_min_runtime, *self.config.project_min_runtime.values()])
+        self.lends = self.runs_own(Fair, "victims") and wait <= LEND_WAIT
 
     def order(self, cycle: Cycle) -> Iterator[Job]:
         # Each project's jobs that keep it within its guarantee go first (a job beyond it that
@@ -186,13 +191,14 @@ class Fair(Policy):
 
     def _may_fit(self, cycle: Cycle, job: Job) -> bool:
         """Enough free blocks for the job; beside held capacity too once a reservation holds
-        some, unless the project has jobs that may end before it is due (as in
+        some, unless the project has jobs that may end before it is due or borrows (as in
         Cycle.projects_may_fit)."""
         if not cycle.may_fit(job, long=False):
             return False
         return (
             cycle.reservation is None
             or bool(cycle.snap.pending.bounded.get(job.project))
+            or cycle.lends_to(job.project)
             or cycle.may_fit(job, long=True)
         )
 

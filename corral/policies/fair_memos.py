@@ -100,7 +100,12 @@ def _reclaim_failed(cycle: Cycle, project: str, shape: Shape) -> bool:
 
 def _all_outlast(cycle: Cycle, project: str) -> bool:
     """Does every pending job of the project outlast the cycle's reservation?"""
-    return cycle.reservation is not None and not cycle.snap.pending.bounded.get(project)
+    pending = cycle.snap.pending
+    return (
+        cycle.reservation is not None
+        and not pending.bounded.get(project)
+        and not cycle.lends_to(project)
+    )
 
 
 def _outrank_failed(cycle: Cycle, project: str, shape: Shape, priority: int) -> bool:
