@@ -354,3 +354,24 @@ def test_sealing_in_place(keyring, size, said):
     with sealed_whole(cipher, data) as sealed:
         assert sink.data() == bytes(sealed)
     assert writer.plain_size == size
+
+
+def test_read_buffers_are_reused_only_once_no_view_is_left():
+    """Reads hand on views of their buffers (a transport may still be sending one): a buffer
+    is handed out again only after every view of it is gone, never while one could see it
+    change."""
+    from corral.crypt.format import _ReadBuffers
+
+    pool = _ReadBuffers()
+    first = pool.get(MIB + TAG)
+    piece = memoryview(first)[5:MIB]
+    pool.give(first)
+    second = pool.get(MIB + TAG)
+    assert second is not first  # `piece` still sees it
+    second[:] = b"\xff" * len(second)
+    assert not any(piece[:100])
+    piece.release()
+    assert pool.get(MIB + TAG) is first
+    assert len(first) == MIB + TAG  # the check that it is free leaves its size as it was
+    pool.give(second)
+    assert pool.get(MIB) is not second  # only a buffer of the size asked for

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import boto3
@@ -424,3 +425,34 @@ def test_names_that_would_climb_out_of_a_bucket_are_refused(servers):
         assert b"<Code>Invalid" in got.content
     gcs = httpx.get(servers["gw"] + "/storage/v1/b/ckpt/o/a%2F..%2F..%2Fx?alt=media")
     assert gcs.status_code == 400 and "segments" in gcs.json()["error"]["message"]
+
+
+def test_concurrent_reads_never_see_a_reused_buffer_change(servers, gw, raw):
+    """Reads decrypt into buffers that are reused once nothing holds a view of them: many
+    gateway GETs of same-sized objects at once, and pieces of `encrypted::s3://` reads kept
+    while more reads run, all come back exactly as written."""
+    objects = {f"reuse/{i}": os.urandom(3 * MIB + 5) for i in range(12)}
+    for key, data in objects.items():
+        gw.put_object(Bucket=BUCKET, Key=key, Body=data)
+    for _ in range(2):
+        with ThreadPoolExecutor(8) as pool:
+            got = dict(
+                zip(
+                    objects,
+                    pool.map(lambda k: gw.get_object(Bucket=BUCKET, Key=k)["Body"].read(), objects),
+                    strict=True,
+                )
+            )
+        assert got == objects
+
+    direct = {"endpoint_url": servers["s3"], **_s3fs_credentials()}
+    enc, _ = fsspec.core.url_to_fs(
+        f"encrypted::s3://{BUCKET}", encrypted={"keyring": str(servers["keyring"])}, s3=direct
+    )
+    data = os.urandom(20 * MIB)
+    enc.pipe_file(f"{BUCKET}/reuse/held", data)
+    cipher, size = enc.reader(f"{BUCKET}/reuse/held")
+    held = list(enc.pieces(f"{BUCKET}/reuse/held", cipher, size, 0, size, batch=8))
+    for _ in range(3):
+        assert enc.cat_file(f"{BUCKET}/reuse/held", start=1, end=19 * MIB) == data[1 : 19 * MIB]
+    assert b"".join(held) == data

@@ -245,8 +245,10 @@ class Gateway:
         first = await _run(next, pieces, b"")
 
         async def rest() -> AsyncIterator[bytes]:
+            nonlocal first
             if first:
-                yield first
+                piece, first = first, b""  # let go of it once sent: its buffer is reused
+                yield piece
             while piece := await _run(next, pieces, b""):
                 yield piece
 

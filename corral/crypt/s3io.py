@@ -33,6 +33,7 @@ from corral.crypt.format import (
     SegmentReceiver,
     parse_header,
     part_buffers,
+    read_buffers,
 )
 
 CHUNK = 1 << 20  # most a body read returns at once (the client's own chunks are smaller)
@@ -158,8 +159,9 @@ def read_range(
 ) -> Iterator[memoryview]:
     """Plaintext [start, end) (start < end <= plain_size) in pieces of `batch` segments,
     all from one GET of the segments it covers, each batch taken in by s3fs's event loop and
-    decrypted in the calling thread. Each piece has a buffer of its own, handed on as it is
-    (a transport may hold on to what it was given after the send returns)."""
+    decrypted in the calling thread. Each piece is a view of a buffer handed on as it is (a
+    transport may hold on to what it was given after the send returns); the buffer is
+    reused only once no view of it is left (format.read_buffers)."""
     layout = cipher.layout
     first, last = start // layout.segment_size, (end - 1) // layout.segment_size
     get = S3Get(s3, path, *layout.cipher_span(first, last, plain_size))
@@ -175,10 +177,14 @@ def read_range(
             hi = min(lo + batch - 1, last)
             base = lo * layout.segment_size
             length = min((hi + 1) * layout.segment_size, plain_size) - base
-            out = bytearray(length + TAG)  # a tag's room to decrypt in place
+            out = read_buffers.get(length + TAG)  # a tag's room to decrypt in place
             sync(s3.loop, take, memoryview(out), lo == first, hi == last)
             receiver.open()
-            yield memoryview(out)[max(0, start - base) : min(end - base, length)]
+            piece = memoryview(out)[max(0, start - base) : min(end - base, length)]
+            read_buffers.give(out)  # reused once the consumer has let go of the piece
+            del out
+            yield piece
+            del piece  # this frame's view would keep the buffer from being reused
     finally:
         get.close()
 
