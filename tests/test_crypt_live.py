@@ -456,3 +456,46 @@ def test_concurrent_reads_never_see_a_reused_buffer_change(servers, gw, raw):
     for _ in range(3):
         assert enc.cat_file(f"{BUCKET}/reuse/held", start=1, end=19 * MIB) == data[1 : 19 * MIB]
     assert b"".join(held) == data
+
+
+def test_a_fresh_gateway_reads_an_object_in_as_many_backend_requests_as_a_plain_one(
+    servers, gw, raw, monkeypatch
+):
+    """A gateway started after the write (a job's restore) has not seen the object's header:
+    its info and header come from one ranged GET, then the body from one GET, as a plain
+    gateway's HEAD and GET. An object it has seen costs a HEAD (its version) and the GET."""
+    import anyio
+
+    from corral.crypt.codec import Codec
+    from corral.crypt.gateway import Gateway, backend_filesystem
+
+    for name, value in CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    data = os.urandom(3 * MIB + 1)
+    gw.put_object(Bucket=BUCKET, Key="fresh/a", Body=data)
+    gw.put_object(Bucket=BUCKET, Key="fresh/empty", Body=b"")
+
+    def requests_per_read(gateway: Gateway, key: str) -> tuple[list[str], bytes]:
+        calls: list[str] = []
+        s3 = gateway.raw
+        call = s3._call_s3
+
+        async def counted(method, *args, **kwargs):
+            calls.append(method)
+            return await call(method, *args, **kwargs)
+
+        monkeypatch.setattr(s3, "_call_s3", counted)
+        info = anyio.run(gateway.info, f"{BUCKET}/{key}")
+        got = b"".join(gateway.pieces(f"{BUCKET}/{key}", info, 0, info["size"]))
+        monkeypatch.setattr(s3, "_call_s3", call)
+        return calls, got
+
+    backend = "s3://" + servers["s3"].removeprefix("http://")
+    fresh = Gateway(backend_filesystem(backend), Codec.from_keyring(servers["keyring"]))
+    assert requests_per_read(fresh, "fresh/a") == (["get_object", "get_object"], data)
+    assert requests_per_read(fresh, "fresh/a") == (["head_object", "get_object"], data)
+    calls, got = requests_per_read(fresh, "fresh/empty")
+    assert got == b"" and calls[-1] != "head_object"
+    plain = Gateway(backend_filesystem(backend), None)
+    raw.put_object(Bucket=BUCKET, Key="fresh/plain", Body=data)
+    assert requests_per_read(plain, "fresh/plain") == (["head_object", "get_object"], data)

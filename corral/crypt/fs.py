@@ -98,6 +98,16 @@ class EncryptedFileSystem(ChainedFileSystem):
             self._headers.pop(next(iter(self._headers)))
         self._headers[path] = entry
 
+    def knows(self, path: str) -> bool:
+        """A header of the object at `path` is remembered (of some version of it)."""
+        return path in self._headers
+
+    def keep_head(self, path: str, info: dict, head: bytes) -> None:
+        """Remember the header in `head`, the object's first bytes (`info`, the wrapped
+        filesystem's, says which version they are of)."""
+        header = parse_header(head, path) if info["size"] else None
+        self._keep_header(path, (info["size"], _version_tag(info), header))
+
     def _plain_info(self, info: dict) -> dict:
         if info.get("type") != "file":
             return info

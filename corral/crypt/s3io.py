@@ -63,6 +63,7 @@ class S3Get:
         self.s3, self.path = s3, path
         self._range = {} if start is None else {"Range": f"bytes={start}-{end - 1}"}
         self._body: Any = None
+        self.response: dict = {}
         self._rest = memoryview(b"")
         self.length = 0
 
@@ -73,6 +74,7 @@ class S3Get:
             "get_object", Bucket=bucket, Key=key, **extra, **self._range
         )
         self._body, self.length = response["Body"], response["ContentLength"]
+        self.response = response
         return self
 
     async def _piece(self) -> memoryview:
@@ -117,6 +119,31 @@ class S3Get:
     def close(self) -> None:
         if self._body is not None:  # from any thread: the body belongs to the loop
             self.s3.loop.call_soon_threadsafe(self._body.close)
+
+
+def info_and_head(s3: Any, path: str) -> tuple[dict, bytes]:
+    """The object's info, as a HEAD gives it, and its first HEADER_SIZE bytes, from one
+    ranged GET (a HEAD and then a GET of the header took two requests)."""
+
+    async def get() -> tuple[dict, bytes]:
+        got = await S3Get(s3, path, 0, HEADER_SIZE).open()
+        try:
+            head = await got.read_exactly(min(got.length, HEADER_SIZE))
+        finally:
+            got.close()
+        answer = got.response
+        whole = answer.get("ContentRange", "").rpartition("/")[2]
+        info = {
+            "ETag": answer.get("ETag", ""),
+            "LastModified": answer.get("LastModified", ""),
+            "size": int(whole) if whole.isdigit() else got.length,
+            "name": path,
+            "type": "file",
+            "VersionId": answer.get("VersionId"),
+        }
+        return info, head
+
+    return sync(s3.loop, get)
 
 
 def read_whole(
