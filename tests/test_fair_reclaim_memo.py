@@ -15,7 +15,7 @@ from corral.core.preempt import could_free_room
 from corral.core.reserve import outlasts
 from corral.formats.types import SchedulerConfig
 from corral.policies.fair import Fair
-from corral.policies.fair_memos import FairCycleMemo, _found_short, _giver, _givers, _kept
+from corral.policies.fair_memos import FairCycleMemo, _found_short, _fresh_givers, _givers, _kept
 
 
 class Checking(Fair):
@@ -29,18 +29,16 @@ class Checking(Fair):
         self.changed_checks = 0  # of those, after the cycle changed what some project holds
         self.skipped: list[str] = []  # jobs whose reclaim a smaller one's failure ruled out
 
-    def _may_free(self, cycle: Cycle, job: Job) -> bool:
+    def _may_free(self, cycle: Cycle, job: Job, wide: bool = False) -> bool:
+        if wide:
+            return super()._may_free(cycle, job, wide)
         before = dict(_kept(cycle.snap).released)
         got = super()._may_free(cycle, job)
         every = _givers(cycle, job.accelerator)
         snap = cycle.snap
-        fresh_givers = [
-            _giver(snap, job.accelerator, project, cycle.held(project, job.accelerator), runs)
-            for project, runs in snap.preemptible.get(job.accelerator, {}).items()
-        ]
         fields = ("project", "held", "guarantee", "smallest", "runs")
         assert [[getattr(g, f) for f in fields] for g in every] == [
-            [getattr(g, f) for f in fields] for g in fresh_givers if g is not None
+            [getattr(g, f) for f in fields] for g in _fresh_givers(cycle, job.accelerator)
         ]
         self.giver_checks += cycle.usage is snap.usage
         self.changed_checks += cycle.usage is not snap.usage  # (kept for the other projects)

@@ -101,7 +101,7 @@ class Plain(Fair):
         lent = pending.bounded.get(project) or cycle.lends_to(project)
         long = cycle.reservation is not None and not lent
         shapes = pending.demand.get(project, ())
-        return any(cycle.may_fit_shape(a, p, w, long) for a, p, w in shapes)
+        return any(cycle.blocks(a, p, long) >= w for a, p, w in shapes)
 
     def _plain_has_room(self, cycle: Cycle, project: str) -> bool:
         shapes = cycle.snap.pending.demand.get(project, ())

@@ -295,9 +295,7 @@ def test_sorted_queue_reads_like_a_sorted_list_as_items_come_and_go():
         if items:
             assert queue[0] == items[0] and queue[-1] == items[-1]
             middle = present[len(present) // 2][0]
-            assert list(queue.irange_key(middle, inclusive=(False, True))) == [
-                item for key, item in present if key > middle
-            ]
+            assert list(queue.after(middle)) == [item for key, item in present if key > middle]
     with pytest.raises(ValueError):
         queue.remove((9, 9), "absent")
 

@@ -94,11 +94,9 @@ class Cycle:
     def policy_memo(self, kind: type[M]) -> M:
         """The policy's memo of this cycle (`memo`), made on first use."""
         memo = self.memo
-        if isinstance(memo, kind):
-            return memo
-        made = kind()
-        self.memo = made
-        return made
+        if not isinstance(memo, kind):
+            memo = self.memo = kind()
+        return memo
 
     def untouched(self) -> bool:
         """Is the free map still the snapshot's (nothing admitted, promised or released)?"""
@@ -117,8 +115,7 @@ class Cycle:
         jobs look at it, and rebuilding it for each would cost O(stopping jobs) every time."""
         if self._after is None:
             after = self.probe()
-            for run in self.releasing:
-                after.release(run)
+            after.release_all(self.releasing)
             for i, amount in self.promised.items():
                 after._take(i, amount)
             self._after = after
@@ -132,10 +129,10 @@ class Cycle:
 
     def release(self, run: Running) -> None:
         """What-if: give back a running job's accelerators (on a probe)."""
-        self.occupy(run.job, run.nodes, -1)
+        self.release_all([run])
 
     def release_all(self, runs: list[Running]) -> None:
-        """What-if: `release` each of `runs`, one change per node (on a probe)."""
+        """What-if: `release` each of `runs`, one change per node."""
         amounts: dict[int, int] = {}
         for run in runs:
             per = run.job.per_worker
@@ -153,14 +150,12 @@ class Cycle:
             if self.exclusive.get(domain) == job.id:  # not a domain promised to another
                 del self.exclusive[domain]
 
-    def occupy(self, job: Job, nodes: tuple[int, ...], sign: int = 1) -> None:
-        per = job.resources.per_worker
+    def occupy(self, job: Job, nodes: tuple[int, ...]) -> None:
+        per = job.per_worker
         for i in nodes:
-            self._take(i, sign * per)
-            self.node_jobs[i] += sign
-        if job.resources.exclusive and sign < 0:
-            self._open_domains(job, nodes)
-        elif job.resources.exclusive:
+            self._take(i, per)
+            self.node_jobs[i] += 1
+        if job.resources.exclusive:
             for i in nodes:
                 self.exclusive[self.snap.cluster.domain_of[i]] = job.id
 
@@ -215,11 +210,7 @@ class Cycle:
 
     def may_fit(self, job: Job, long: bool) -> bool:
         """Cheap necessary condition: enough per_worker-sized blocks of the job's type."""
-        accelerator, per_worker, workers = job.shape
-        return self.may_fit_shape(accelerator, per_worker, workers, long)
-
-    def may_fit_shape(self, accelerator: str, per_worker: int, workers: int, long: bool) -> bool:
-        return self.blocks(accelerator, per_worker, long) >= workers
+        return self.blocks(job.accelerator, job.per_worker, long) >= job.gang
 
     def blocks(self, accelerator: str, per_worker: int, long: bool = True) -> int:
         """Free per_worker-sized blocks of a type, over all nodes (kept up to date as the
@@ -273,7 +264,7 @@ class Cycle:
         """Could any pending job fit? (Held capacity counts as free: conservative.)"""
         fewest = self.snap.pending.summary_all().fewest_workers
         for (accelerator, per_worker), workers in fewest.items():
-            if self.may_fit_shape(accelerator, per_worker, workers, False):
+            if self.blocks(accelerator, per_worker, False) >= workers:
                 return True
         return False
 

@@ -18,16 +18,27 @@ from corral.core.reserve import may_lend, outlasts, plan_reservation
 from corral.core.snapshot import Snapshot
 
 
-class Reserver:
-    """Plans the reservation of the cycle's reserver (the first blocked job allowed one)
-    once, when it first matters."""
+def decide(snap: Snapshot, policy: Policy) -> Decision:
+    """One cycle, and a reason for every job left pending (what a control plane shows)."""
+    return run_cycle(snap, policy, reasons=True).decision
 
-    def __init__(self, lends: bool = False) -> None:
-        self.planned = False
+
+class CycleRun:
+    """A cycle and its decision: what a driver that asks about the cycle afterwards keeps (the
+    simulator: may a job that arrives now act? see engine.arrival_may_act)."""
+
+    def __init__(self, cycle: Cycle, lends: bool = False) -> None:
+        self.cycle = cycle
+        self.decision = cycle.decision
+        self.planned = False  # the reservation (see before_admitting)
         self.lends = lends  # the policy's (Policy.lends)
+        # policy.settled(cycle), once asked: it does not change (the cycle is over).
+        self.settled: bool | None = None
 
-    def before_admitting(self, cycle: Cycle) -> bool:
-        """Plan the reservation if still pending. True when one now constrains placement."""
+    def before_admitting(self) -> bool:
+        """Plan the reservation of the cycle's reserver (the first blocked job allowed one),
+        once, when it first matters. True when one now constrains placement."""
+        cycle = self.cycle
         if cycle.reserver is None or self.planned:
             return False
         self.planned = True
@@ -39,39 +50,21 @@ class Reserver:
         return True
 
 
-def decide(snap: Snapshot, policy: Policy) -> Decision:
-    """One cycle, and a reason for every job left pending (what a control plane shows)."""
-    return run_cycle(snap, policy, reasons=True).decision
-
-
-class CycleRun:
-    """A cycle that ran, and its decision: what a driver that asks about the cycle afterwards
-    keeps (the simulator: may a job that arrives now act? see engine.arrival_may_act)."""
-
-    def __init__(self, cycle: Cycle, reserver: Reserver, decision: Decision) -> None:
-        self.cycle = cycle
-        self.reserver = reserver
-        self.decision = decision
-        # policy.settled(cycle), once asked: it does not change (the cycle is over).
-        self.settled: bool | None = None
-
-
 def run_cycle(snap: Snapshot, policy: Policy, reasons: bool = False) -> CycleRun:
     """One cycle. With `reasons`, the decision gives every pending job its reason; without
     (the simulator, which never reads them), only the jobs the cycle examined have one, and
     the cycle costs what it changes, not the length of the queue."""
-    cycle = Cycle(snap, spread=policy.spread)
-    reserver = Reserver(policy.lends)
+    ran = CycleRun(Cycle(snap, spread=policy.spread), policy.lends)
+    cycle = ran.cycle
     first = {job.id for job in _preemptors(snap) if _keep_room(cycle, job)}
     for job in policy.order(cycle):
         if job.id not in first:
-            _consider(cycle, policy, reserver, job)
-    decision = cycle.decision
+            _consider(ran, policy, job)
     if reasons:
-        _explain_the_rest(cycle, decision.reasons)
+        _explain_the_rest(cycle, ran.decision.reasons)
     wake = [t for t in (policy.wake_at(cycle), policy.protection_ends(cycle)) if t is not None]
-    decision.wake_at = min(wake, default=None)
-    return CycleRun(cycle, reserver, decision)
+    ran.decision.wake_at = min(wake, default=None)
+    return ran
 
 
 def _preemptors(snap: Snapshot) -> list[Job]:
@@ -95,7 +88,8 @@ def _keep_room(cycle: Cycle, job: Job) -> bool:
     return _promise(cycle, job)
 
 
-def _consider(cycle: Cycle, policy: Policy, reserver: Reserver, job: Job) -> None:
+def _consider(ran: CycleRun, policy: Policy, job: Job) -> None:
+    cycle = ran.cycle
     capped = reasons.limit(cycle, job)
     if capped is not None:
         cycle.wait(job, capped.code, capped.message)
@@ -104,16 +98,16 @@ def _consider(cycle: Cycle, policy: Policy, reserver: Reserver, job: Job) -> Non
         # Plan the reservation (if any) before placing: it would be planned before this job
         # is admitted or looks for victims anyway, and placing once is cheaper than twice.
         # (With jobs stopping, a promise made first must come before the plan.)
-        reserver.before_admitting(cycle)
+        ran.before_admitting()
     nodes = _fit(cycle, job)
-    if nodes is not None and reserver.before_admitting(cycle):
+    if nodes is not None and ran.before_admitting():
         nodes = _fit(cycle, job)
     if nodes is not None:
         cycle.admit(job, nodes)
         return
     if _promise(cycle, job):
         return
-    reserver.before_admitting(cycle)  # victims must not be chosen to free held capacity
+    ran.before_admitting()  # victims must not be chosen to free held capacity
     found = policy.victims(cycle, job)
     if found is not None:
         cycle.preempt(found.victims, found.nodes, job, found.why)

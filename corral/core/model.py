@@ -8,8 +8,7 @@ from enum import StrEnum
 from corral.formats.types import JobSpec, Resources
 
 # The records made per cycle or per job start write their own __init__ (init=False): mypyc
-# compiles it, while the one @dataclass generates runs interpreted, 3-7 times slower. Frozen
-# ones set their fields through object.__setattr__, as the generated one does.
+# compiles it, while the one @dataclass generates runs interpreted, 3-7 times slower.
 
 
 @dataclass(slots=True, eq=False)
@@ -105,57 +104,38 @@ class ReasonCode(StrEnum):
     ORDER = "order"  # not considered yet
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True)
 class Reason:
     code: ReasonCode
     message: str
 
-    def __init__(self, code: ReasonCode, message: str) -> None:
-        object.__setattr__(self, "code", code)
-        object.__setattr__(self, "message", message)
 
-
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True)
 class Start:
     job_id: str
     nodes: tuple[str, ...]  # node name of each worker, in worker order
 
-    def __init__(self, job_id: str, nodes: tuple[str, ...]) -> None:
-        object.__setattr__(self, "job_id", job_id)
-        object.__setattr__(self, "nodes", nodes)
 
-
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True)
 class Preempt:
     job_id: str
     reason: str
     preemptor: str  # id of the pending job the capacity goes to
 
-    def __init__(self, job_id: str, reason: str, preemptor: str) -> None:
-        object.__setattr__(self, "job_id", job_id)
-        object.__setattr__(self, "reason", reason)
-        object.__setattr__(self, "preemptor", preemptor)
-
 
 @dataclass(slots=True, init=False)
 class Decision:
-    starts: list[Start] = field(default_factory=list)
-    preemptions: list[Preempt] = field(default_factory=list)
+    starts: list[Start]
+    preemptions: list[Preempt]
     # Why each pending job waits (all of them from `decide`; see decide.run_cycle).
-    reasons: dict[str, Reason] = field(default_factory=dict)
-    wake_at: float | None = None  # the decision may change at this time even with no event
+    reasons: dict[str, Reason]
+    wake_at: float | None  # the decision may change at this time even with no event
 
-    def __init__(
-        self,
-        starts: list[Start] | None = None,
-        preemptions: list[Preempt] | None = None,
-        reasons: dict[str, Reason] | None = None,
-        wake_at: float | None = None,
-    ) -> None:
-        self.starts = [] if starts is None else starts
-        self.preemptions = [] if preemptions is None else preemptions
-        self.reasons = {} if reasons is None else reasons
-        self.wake_at = wake_at
+    def __init__(self) -> None:
+        self.starts = []
+        self.preemptions = []
+        self.reasons = {}
+        self.wake_at = None
 
     def reason(self, job: Job) -> Reason:
         """Why the job waits; a job the decision does not know is waiting for the next one."""

@@ -62,11 +62,11 @@ def _pop(heap: list[Entry], keys: dict[str, tuple]) -> Job:
 def _fitting(cycle: Cycle, heap: list[Entry], dropped: set[Shape]) -> list[Entry]:
     """The entries whose shape may fit now. Jobs with a max_runtime may use held capacity."""
     long = cycle.reservation is not None and not cycle.snap.pending.any_bounded
-    may_fit = cycle.may_fit_shape
-    kept = [entry for entry in heap if may_fit(entry[1][0], entry[1][1], entry[1][2], long)]
+    blocks = cycle.blocks
+    kept = [entry for entry in heap if blocks(entry[1][0], entry[1][1], long) >= entry[1][2]]
     if memos.CHECKING:
         for shape in dropped:
-            memos.same("fifo dropped shape", False, may_fit(shape[0], shape[1], shape[2], long))
+            memos.same("fifo dropped shape", False, blocks(shape[0], shape[1], long) >= shape[2])
         fitting = {entry[1] for entry in kept}
         dropped.update(entry[1] for entry in heap if entry[1] not in fitting)
     if len(kept) < len(heap):

@@ -37,7 +37,7 @@ class Policy:
         self.protection = Protection(
             self.config.preempt_min_runtime, self.config.project_min_runtime
         )
-        self.preempts = self.preemptive or not self.is_default("victims")
+        self.preempts = self.preemptive or not self.runs_own(Policy, "victims")
         # Whether a reservation not known to be due lends what it holds (reserve.borrows): only
         # where the victim search reclaims it for the reserved job.
         self.lends = False
@@ -104,7 +104,7 @@ class Policy:
 
     def snapshot(self, nodes: Sequence[Node], quota: Quota) -> Snapshot:
         """An empty snapshot whose indexes follow this policy's keys."""
-        revisits = not self.is_default("revisit_at")  # else no job ever has one
+        revisits = not self.runs_own(Policy, "revisit_at")  # else no job ever has one
         return Snapshot(
             nodes,
             quota,
@@ -131,11 +131,7 @@ class Policy:
 
     def queue_key_is_default(self) -> bool:
         """Does the queue keep `default_queue_key` order? (A subclass may say no.)"""
-        return self.is_default("queue_key")
-
-    def is_default(self, method: str) -> bool:
-        """Is `method` this class's own, not overridden by a subclass?"""
-        return self.runs_own(Policy, method)
+        return self.runs_own(Policy, "queue_key")
 
     def runs_own(self, kind: type, method: str) -> bool:
         """Does this policy run `kind`'s own `method` (no subclass below `kind` overrides it)?

@@ -62,14 +62,11 @@ def eligible(cycle: Cycle, run: Running, protection: Protection) -> bool:
     )
 
 
-@dataclass(slots=True, init=False)  # its own __init__: compiled (see model.py)
+@dataclass(slots=True)
 class Preemption:
     victims: list[Running]
     nodes: tuple[int, ...]  # where the job will go once they are gone
     why: str = ""
-
-    def __init__(self, victims: list[Running], nodes: tuple[int, ...], why: str = "") -> None:
-        self.victims, self.nodes, self.why = victims, nodes, why
 
 
 def find_victims(cycle: Cycle, job: Job, candidates: Iterable[Running]) -> Preemption | None:

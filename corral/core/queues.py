@@ -92,14 +92,9 @@ class SortedQueue(Generic[T]):
         at = bisect_left(self.keys, key, self.head)
         return (self.keys[at], self.items[at]) if at < len(self.keys) else None
 
-    def irange_key(
-        self, min_key: tuple | None = None, inclusive: tuple[bool, bool] = (True, True)
-    ) -> Iterator[T]:
-        """The items from `min_key` on (after it unless inclusive[0]), as SortedKeyList's."""
-        start = self.head
-        if min_key is not None:
-            find = bisect_left if inclusive[0] else bisect_right
-            start = find(self.keys, min_key, start)
+    def after(self, key: tuple | None) -> Iterator[T]:
+        """The items whose key comes after `key` (None: all of them)."""
+        start = self.head if key is None else bisect_right(self.keys, key, self.head)
         return _from(self.items, start)
 
 

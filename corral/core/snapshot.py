@@ -174,31 +174,22 @@ class Snapshot:
         # as of this time); brought up to date when what the project holds changes.
         self.half_life = half_life
         self.recent: dict[str, tuple[float, float]] = {}
-        self.capacity = self._capacity()
-        self.guarantee = self._guarantees()
+        self.set_quota(quota)
         self.memos = SnapshotMemos()  # the only part `decide` writes (see memos.py)
 
     # -- quota -------------------------------------------------------------------------------
 
-    def _capacity(self) -> dict[str, int]:
-        cap = dict(self.cluster.capacity)
-        total = self.quota.total_resources
-        if total is not None:
-            cap = {t: min(c, total.get(t, 0)) for t, c in cap.items()}
-        return cap
-
-    def _guarantees(self) -> dict[str, dict[str, float]]:
-        """share[p][r] / sum_q share[q][r] * capacity[r], per DESIGN.md section 2."""
-        out: dict[str, dict[str, float]] = defaultdict(dict)
-        for accel, cap in self.capacity.items():
-            for project, frac in self.quota.fractions(accel).items():
-                out[project][accel] = frac * cap
-        return dict(out)
-
     def set_quota(self, quota: Quota) -> None:
         self.quota = quota
-        self.capacity = self._capacity()
-        self.guarantee = self._guarantees()
+        self.capacity: dict[str, int] = dict(self.cluster.capacity)
+        if quota.total_resources is not None:
+            total = quota.total_resources
+            self.capacity = {t: min(c, total.get(t, 0)) for t, c in self.capacity.items()}
+        # share[p][r] / sum_q share[q][r] * capacity[r], per DESIGN.md section 2.
+        self.guarantee: dict[str, dict[str, float]] = {}
+        for accel, cap in self.capacity.items():
+            for project, frac in quota.fractions(accel).items():
+                inner(self.guarantee, project)[accel] = frac * cap
 
     def guarantee_of(self, project: str, accelerator: str) -> float:
         shares = self.guarantee.get(project)  # (typed lookups: fast once compiled)
@@ -252,7 +243,13 @@ class Snapshot:
         for by in self.running_by.values():
             by.add(run)
         if job.preemptible:
-            self._add_preemptible(run)
+            queue_in(inner(self.preemptible, accel), job.project).add(victim_order(run), run)
+            sizes = inner(inner(self.preemptible_sizes, accel), job.project)
+            sizes[demand] = sizes.get(demand, 0) + 1
+            priorities, priority = inner(self.running_priorities, job.project), job.priority
+            priorities[priority] = priorities.get(priority, 0) + 1
+            counts = self.running_priority_counts
+            counts[priority] = counts.get(priority, 0) + 1
         return run
 
     def stop(self, job_id: str) -> Running:
@@ -296,16 +293,6 @@ class Snapshot:
             if lowest is None or priority < lowest:
                 lowest = priority
         return lowest is not None and any(p > lowest for p in self.pending.priority_counts)
-
-    def _add_preemptible(self, run: Running) -> None:
-        job = run.job
-        queue_in(inner(self.preemptible, job.accelerator), job.project).add(victim_order(run), run)
-        sizes = inner(inner(self.preemptible_sizes, job.accelerator), job.project)
-        sizes[job.demand] = sizes.get(job.demand, 0) + 1
-        priorities, priority = inner(self.running_priorities, job.project), job.priority
-        priorities[priority] = priorities.get(priority, 0) + 1
-        counts = self.running_priority_counts
-        counts[priority] = counts.get(priority, 0) + 1
 
     def mark_terminating(self, job_id: str, preemptor: str = "") -> None:
         """The job was told to stop (live: SIGTERM, then its grace period); `preemptor`: the

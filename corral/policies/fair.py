@@ -181,12 +181,8 @@ class Fair(Policy):
             and cycle.within_guarantee(job)
         ):
             return True
-        running = cycle.snap.running_priorities.get(job.project)
-        return (
-            running is not None
-            and bool(running)
-            and job.priority > min(running)
-            and not _outrank_failed(cycle, job.project, shape, job.priority)
+        return _outranks(cycle.snap, job.project, job.priority) and not _outrank_failed(
+            cycle, job.project, shape, job.priority
         )
 
     def _may_fit(self, cycle: Cycle, job: Job) -> bool:
@@ -255,16 +251,12 @@ class Fair(Policy):
     def _may_outrank(self, snap: Snapshot, project: str) -> bool:
         """Does a user's first pending job outrank one of the project's running jobs? (Each
         user's first job has that user's highest priority: the queue sorts by priority first.)"""
-        running = snap.running_priorities.get(project)
         pending = snap.pending.priorities.get(project)
-        if not running or not pending:
-            return False
-        return max(pending) > min(running)
+        return _outranks(snap, project, max(pending)) if pending else False
 
     def may_preempt_for(self, cycle: Cycle, job: Job) -> bool:
         reclaim = cycle.within_guarantee(job) and self._reclaim_bound(cycle, job) >= job.demand
-        running = cycle.snap.running_priorities.get(job.project)
-        return reclaim or (running is not None and bool(running) and job.priority > min(running))
+        return reclaim or _outranks(cycle.snap, job.project, job.priority)
 
     def may_reserve(self, cycle: Cycle, job: Job) -> bool:
         """Within the guarantee: the job alone fits in it and the project is not borrowing.
@@ -329,7 +321,7 @@ class Fair(Policy):
                 return found
         # Each project's victims within its budget (above its guarantee) did not make room:
         # try them all, in victim order, and keep the set if it respects the guarantees.
-        if not self._may_free_wide(cycle, job):
+        if not self._may_free(cycle, job, wide=True):
             _note_unfreed(cycle, size, job)  # (fewer workers than any: else short)
             return None
         return self._take_back(cycle, job, wide=True)
@@ -352,20 +344,6 @@ class Fair(Policy):
                 " (within its guarantee; the victim's project is above its own)"
             )
         return found
-
-    def _may_free_wide(self, cycle: Cycle, job: Job) -> bool:
-        """`could_free_room` with every eligible job of the projects above their guarantee."""
-        counter = free_room_counter(cycle, job)
-        if counter.enough():
-            return True
-        skip = awaited(cycle, job)
-        for giver in _givers(cycle, job.accelerator):
-            if giver.project != job.project:
-                alone = not cycle.policy_memo(FairCycleMemo).reclaim  # (see _take_back)
-                runs = (r for r in self._all_given(cycle, giver, alone) if r.job.id not in skip)
-                if any(map(counter.release, runs)):
-                    return True
-        return False
 
     def _reclaim_bound(self, cycle: Cycle, job: Job) -> float:
         """Free accelerators (stopping jobs gone) plus what others could give above guarantees."""
@@ -401,10 +379,11 @@ class Fair(Policy):
                 held[project] -= run.job.demand
                 yield run
 
-    def _may_free(self, cycle: Cycle, job: Job) -> bool:
-        """`could_free_room` with every job `_reclaimable` would offer, taken in no useful
-        order (each project's share is its own, so the interleaving does not change the set).
-        A loop, not a generator: a blocked whole-node job asks this in most cycles."""
+    def _may_free(self, cycle: Cycle, job: Job, wide: bool = False) -> bool:
+        """`could_free_room` with every job `_reclaimable` would offer (`wide`: every eligible
+        job of the projects above their guarantee, see _take_back), taken in no useful order
+        (each project's share is its own, so the interleaving does not change the set). A
+        loop, not a generator: a blocked whole-node job asks this in most cycles."""
         counter = free_room_counter(cycle, job)
         if counter.enough():
             return True
@@ -412,7 +391,8 @@ class Fair(Policy):
         # jobs and what it holds: the same from cycle to cycle while those stay the same.
         # (Not the running jobs the reservation waits for: see find_victims.)
         skip = awaited(cycle, job)
-        every = self._all_eligible(cycle) and not skip
+        every = not wide and self._all_eligible(cycle) and not skip
+        alone = not cycle.policy_memo(FairCycleMemo).reclaim
         for giver in _givers(cycle, job.accelerator):
             if giver.project == job.project:
                 continue
@@ -420,7 +400,8 @@ class Fair(Policy):
                 if counter.release_amounts(self._released(cycle, job.accelerator, giver)):
                     return True
                 continue
-            for run in self._given(cycle, giver):
+            runs = self._all_given(cycle, giver, alone) if wide else self._given(cycle, giver)
+            for run in runs:
                 if run.job.id not in skip and counter.release(run):
                     return True
         return False
@@ -433,7 +414,7 @@ class Fair(Policy):
         """Its eligible jobs; `alone`: only those it could give up alone, keeping its guarantee."""
         room = giver.held - giver.guarantee if alone else INF
         runs = (run for run in giver.runs if run.job.demand <= room + 1e-9)
-        return (run for run in runs if self._eligible(cycle, run))
+        return (run for run in runs if eligible(cycle, run, self.protection))
 
     def _given(self, cycle: Cycle, giver: _Giver) -> list[Running]:
         """The jobs a project would give up, none taking it below its guarantee."""
@@ -442,7 +423,7 @@ class Fair(Policy):
         for run in giver.runs:
             if held - smallest < floor:
                 break  # no job left is small enough to lose (held only shrinks)
-            if held - run.job.demand >= floor and self._eligible(cycle, run):
+            if held - run.job.demand >= floor and eligible(cycle, run, self.protection):
                 held -= run.job.demand
                 given.append(run)
         return given
@@ -472,10 +453,7 @@ class Fair(Policy):
     def _outranked(self, cycle: Cycle, job: Job) -> list[Running]:
         runs = cycle.snap.preemptible.get(job.accelerator, {}).get(job.project, ())
         lower = takewhile(lambda r: r.job.priority < job.priority, runs)
-        return [r for r in lower if self._eligible(cycle, r)]
-
-    def _eligible(self, cycle: Cycle, run: Running) -> bool:
-        return eligible(cycle, run, self.protection)
+        return [r for r in lower if eligible(cycle, r, self.protection)]
 
     def _swap_allowed(self, cycle: Cycle, job: Job, victims: list[Running]) -> bool:
         freed = sum(r.job.demand for r in victims)
@@ -494,6 +472,12 @@ def _reclaiming(cycle: Cycle, project: str) -> bool:
     """May the project's jobs within its guarantee reclaim in this pass (see Fair.order)?"""
     memo = cycle.policy_memo(FairCycleMemo)
     return memo.reclaim or project in memo.deferred
+
+
+def _outranks(snap: Snapshot, project: str, priority: int) -> bool:
+    """Is `priority` above that of a preemptible running job of the project?"""
+    running = snap.running_priorities.get(project)
+    return priority > min(running) if running else False
 
 
 def _any_giver(snap: Snapshot) -> bool:

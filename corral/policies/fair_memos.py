@@ -127,26 +127,16 @@ def _givers(cycle: Cycle, accel: str) -> list[_Giver]:
 
 
 def _fresh_givers(cycle: Cycle, accel: str) -> list[_Giver]:
+    """The projects above their guarantee of the type with a preemptible job (a reclaim
+    within its budget takes only jobs small enough to lose: Fair._given)."""
     snap, found = cycle.snap, []
+    sizes = snap.preemptible_sizes.get(accel, {})
     for project, runs in snap.preemptible.get(accel, {}).items():
-        giver = _giver(snap, accel, project, cycle.held(project, accel), runs)
-        if giver is not None:
-            found.append(giver)
+        held, guarantee = cycle.held(project, accel), snap.guarantee_of(project, accel)
+        counts = sizes.get(project)
+        if held > guarantee and counts:
+            found.append(_Giver(project, float(held), guarantee, min(counts), runs))
     return found
-
-
-def _giver(
-    snap: Snapshot, accel: str, project: str, held: int, runs: SortedQueue[Running]
-) -> _Giver | None:
-    """The project as a giver of the type, if it is above its guarantee with a preemptible
-    job (a reclaim within its budget takes only jobs small enough to lose: Fair._given)."""
-    guarantee = snap.guarantee_of(project, accel)
-    if held <= guarantee:
-        return None
-    counts = snap.preemptible_sizes.get(accel, {}).get(project)
-    if not counts:
-        return None
-    return _Giver(project, float(held), guarantee, min(counts), runs)
 
 
 class FairCycleMemo(PolicyMemo):
@@ -187,10 +177,7 @@ class FairKept(PolicyMemo):
 
 
 def _kept(snap: Snapshot) -> FairKept:
-    memos_ = snap.memos
-    kept = memos_.policy
-    if isinstance(kept, FairKept):
-        return kept
-    made = FairKept()
-    memos_.policy = made
-    return made
+    kept = snap.memos.policy
+    if not isinstance(kept, FairKept):
+        kept = snap.memos.policy = FairKept()
+    return kept

@@ -120,7 +120,9 @@ class Las(RankPolicy):
         if not due:  # the common case
             return {}
         waiting = cycle.snap.pending.by_revisit
-        return {job.id: ((0, *_arrival(job)), job) for job in waiting.islice(0, due)}
+        return {
+            job.id: ((0, job.submit_time, job.name, job.id), job) for job in waiting.islice(0, due)
+        }
 
     def _due(self, cycle: Cycle) -> int:
         """How many waiting jobs are promoted now: the first ones by revisit time (asked by
@@ -148,11 +150,6 @@ class Las(RankPolicy):
         if due < len(waiting):
             later.append(self.revisit_at(waiting[due]))  # type: ignore[arg-type]
         return min(later) if later else None
-
-
-def _arrival(job: Job) -> tuple:
-    """Order inside a queue: first come, first served (the queue key without the level)."""
-    return (job.submit_time, job.name, job.id)
 
 
 def _reach(run: Running, threshold: float) -> float | None:

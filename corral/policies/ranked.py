@@ -10,7 +10,7 @@ the jobs worse than a pending job when it searches for victims, never every runn
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from heapq import heapify, heappop, heappush
 from operator import itemgetter
 from typing import ClassVar
@@ -216,25 +216,21 @@ class RankPolicy(Policy):
         return found
 
     def _search(self, cycle: Cycle, job: Job, rank: float) -> Preemption | None:
-        worse, worst_first = self.candidates(cycle, job.accelerator, rank)
-        if could_free_room(cycle, job, worse):  # the order matters only from here on
-            return find_victims(cycle, job, worst_first)
+        """The victims among the jobs ranked worse than `rank`, worst first. (The order matters
+        only once they could free room.)"""
+        worse = self.indexed_worse(cycle, job.accelerator, rank, self._candidate(cycle, True))
+        if could_free_room(cycle, job, worse):
+            return find_victims(cycle, job, self.worst_first(cycle, worse))
         return None
-
-    def candidates(
-        self, cycle: Cycle, accelerator: str, rank: float
-    ) -> tuple[Iterable[Running], Iterator[Running]]:
-        """The victims a job of `rank` may choose among (their set), and the same worst first,
-        lazily (not ranked before the first is asked for)."""
-        worse = self.indexed_worse(cycle, accelerator, rank, self._candidate(cycle, True))
-        return worse, self.worst_first(cycle, worse)
 
     def worst_first(self, cycle: Cycle, runs: list[Running]) -> Iterator[Running]:
         """`runs` (as `indexed_worse` gave them) worst rank first, then the most recently
-        started, lazily: a search mostly needs the first few."""
+        started, lazily (heapified once, then popped): a search mostly needs the first few."""
         ranks = self.running_ranks(cycle, runs)
         heap = [(-k, -r.started_at, r.job.id, r) for k, r in zip(ranks, runs, strict=True)]
-        yield from pop_all(heap)
+        heapify(heap)  # ids are unique: runs are never compared
+        while heap:
+            yield heappop(heap)[3]
 
     def running_ranks(self, cycle: Cycle, runs: list[Running]) -> list[float]:
         """`running_rank` of each run (a policy may compute them all at once, faster)."""
@@ -256,16 +252,6 @@ class RankCycleMemo(PolicyMemo):
         self.after: float | None = None
         self.after_at: float | None = None
         self.due = -1  # las: how many waiting jobs are promoted now (-1: not asked yet)
-
-
-VictimKey = tuple[float, float, str, Running]  # (-rank, -started_at, job id, run)
-
-
-def pop_all(heap: list[VictimKey]) -> Iterator[Running]:
-    """The runs of `heap` (in any order) by their keys, lazily: heapified once, then popped."""
-    heapify(heap)  # ids are unique: runs are never compared
-    while heap:
-        yield heappop(heap)[3]
 
 
 class _Walk:
@@ -330,7 +316,7 @@ class _Walk:
         self.releasing = len(self.cycle.releasing)
         for shape, out in self.asleep.items():
             if out:
-                self.rest[shape] = self.queues[shape].irange_key(last, inclusive=(False, True))
+                self.rest[shape] = self.queues[shape].after(last)
                 self._push(shape)
         self.asleep.clear()
 

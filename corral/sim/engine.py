@@ -325,7 +325,7 @@ def arrival_may_act(last: CycleRun, policy: Policy, job: Job) -> bool:
             or cycle.may_fit(job, long=False)
             or _may_preempt_for(last, policy, job)
         )
-    last.reserver.before_admitting(cycle)  # the reservation the next cycle would hold
+    last.before_admitting()  # the reservation the next cycle would hold
     return cycle.may_fit(job, outlasts(cycle, job)) or _may_preempt_for(last, policy, job)
 
 
