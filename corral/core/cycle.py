@@ -114,18 +114,17 @@ class Cycle:
         it. Kept up to date as the cycle goes on (read it, do not change it): many blocked
         jobs look at it, and rebuilding it for each would cost O(stopping jobs) every time."""
         if self._after is None:
-            after = self.probe()
-            after.release_all(self.releasing)
-            for i, amount in self.promised.items():
-                after._take(i, amount)
-            self._after = after
+            self._after = self._released()
         elif memos.CHECKING:
-            fresh = self.probe()
-            fresh.release_all(self.releasing)
-            for i, amount in self.promised.items():
-                fresh._take(i, amount)
-            memos.same("after release", self._after.free, fresh.free)
+            memos.same("after release", self._after.free, self._released().free)
         return self._after
+
+    def _released(self) -> Cycle:
+        after = self.probe()
+        after.release_all(self.releasing)
+        for i, amount in self.promised.items():
+            after._take(i, amount)
+        return after
 
     def release(self, run: Running) -> None:
         """What-if: give back a running job's accelerators (on a probe)."""

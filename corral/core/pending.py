@@ -16,18 +16,20 @@ Shape = tuple[str, int, int]  # (accelerator, per_worker, gang)
 
 
 class PendingQueue:
-    """Pending jobs kept sorted by the policy's static key: overall, per shape, and per project
-    and user. Each sorted index is built the first time a policy asks for it and kept up to
-    date from then on, so a driver pays only for the indexes its policy reads."""
+    """Pending jobs kept sorted by the policy's static key: per shape, and per project and
+    user; overall (`all`: a SortedKeyList, which calls the key in Python) from the first time
+    a policy asks for it, so that a driver whose policy does not read it does not pay for it."""
 
     def __init__(self, key: QueueKey, revisit_at: Callable[[Job], float | None] | None = None):
         self.key = key
         self.jobs: dict[str, Job] = {}
         self.keys: dict[str, tuple] = {}  # job id -> its key, computed once on arrival
         self._all: SortedKeyList | None = None
-        self._by_user: dict[str, dict[str, SortedQueue[Job]]] | None = None
-        self._by_shape: dict[tuple[str, int, int], SortedQueue[Job]] | None = None
-        self._by_user_shape: dict[tuple[str, str], dict[Shape, SortedQueue[Job]]] | None = None
+        self.by_user: dict[str, dict[str, SortedQueue[Job]]] = {}  # project -> user -> queue
+        self.by_shape: dict[Shape, SortedQueue[Job]] = {}
+        # (project, user) -> shape -> queue: lets a walk of a user's queue jump over jobs of
+        # shapes that can do nothing.
+        self.by_user_shape: dict[tuple[str, str], dict[Shape, SortedQueue[Job]]] = {}
         # Jobs whose rank changes at a time of their own (LAS promotion), by that time.
         self.revisit_at = revisit_at
         self.by_revisit = SortedKeyList(key=lambda job: (revisit_at(job), job.id))  # type: ignore[misc]
@@ -63,34 +65,6 @@ class PendingQueue:
             self._all = self._sorted(self.jobs.values())
         return self._all
 
-    @property
-    def by_user(self) -> dict[str, dict[str, SortedQueue[Job]]]:
-        """project -> user -> that user's pending jobs in key order."""
-        if self._by_user is None:
-            self._by_user = {}
-            for job in self.jobs.values():
-                self._add_by_user(job, self.keys[job.id])
-        return self._by_user
-
-    @property
-    def by_shape(self) -> dict[tuple[str, int, int], SortedQueue[Job]]:
-        """(accelerator, per_worker, gang) -> pending jobs of that shape in key order."""
-        if self._by_shape is None:
-            self._by_shape = {}
-            for job in self.jobs.values():
-                self._add_by_shape(job, self.keys[job.id])
-        return self._by_shape
-
-    @property
-    def by_user_shape(self) -> dict[tuple[str, str], dict[Shape, SortedQueue[Job]]]:
-        """(project, user) -> shape -> that user's pending jobs of the shape in key order: lets
-        a walk of a user's queue jump over jobs of shapes that can do nothing."""
-        if self._by_user_shape is None:
-            self._by_user_shape = {}
-            for job in self.jobs.values():
-                self._add_by_user_shape(job, self.keys[job.id])
-        return self._by_user_shape
-
     def summary(self, project: str) -> ShapeSummary:
         """What a cycle asks of a project's pending shapes again and again, kept until the
         project has a shape it had not, or has no job of one left (rare next to arrivals)."""
@@ -116,12 +90,9 @@ class PendingQueue:
         key = self.keys[job.id] = self.key(job)
         if self._all is not None:
             self._all.add(job)
-        if self._by_user is not None:
-            self._add_by_user(job, key)
-        if self._by_shape is not None:
-            self._add_by_shape(job, key)
-        if self._by_user_shape is not None:
-            self._add_by_user_shape(job, key)
+        queue_in(inner(self.by_user, job.project), job.user).add(key, job)
+        queue_in(self.by_shape, job.shape).add(key, job)
+        queue_in(inner(self.by_user_shape, (job.project, job.user)), job.shape).add(key, job)
         if self.revisit_at is not None and self.revisit_at(job) is not None:
             self.by_revisit.add(job)
         shape, project, priority = job.shape, job.project, job.priority
@@ -143,37 +114,21 @@ class PendingQueue:
             self.bounded[project] = self.bounded.get(project, 0) + 1
             self.any_bounded += 1
 
-    def _add_by_user(self, job: Job, key: tuple) -> None:
-        assert self._by_user is not None
-        queue_in(inner(self._by_user, job.project), job.user).add(key, job)
-
-    def _add_by_shape(self, job: Job, key: tuple) -> None:
-        assert self._by_shape is not None
-        queue_in(self._by_shape, job.shape).add(key, job)
-
-    def _add_by_user_shape(self, job: Job, key: tuple) -> None:
-        assert self._by_user_shape is not None
-        shapes = inner(self._by_user_shape, (job.project, job.user))
-        queue_in(shapes, job.shape).add(key, job)
-
     def remove(self, job_id: str) -> Job:
         job = self.jobs[job_id]
         key = self.keys[job_id]
         if self._all is not None:
             self._all.remove(job)
-        if self._by_user is not None:
-            users = self._by_user[job.project]
-            discard(users, job.user, key, job)
-            if not users:
-                del self._by_user[job.project]
-        if self._by_shape is not None:
-            discard(self._by_shape, job.shape, key, job)
-        if self._by_user_shape is not None:
-            owner = (job.project, job.user)
-            shapes = self._by_user_shape[owner]
-            discard(shapes, job.shape, key, job)
-            if not shapes:
-                del self._by_user_shape[owner]
+        users = self.by_user[job.project]
+        discard(users, job.user, key, job)
+        if not users:
+            del self.by_user[job.project]
+        discard(self.by_shape, job.shape, key, job)
+        owner = (job.project, job.user)
+        shapes = self.by_user_shape[owner]
+        discard(shapes, job.shape, key, job)
+        if not shapes:
+            del self.by_user_shape[owner]
         if self.revisit_at is not None and self.revisit_at(job) is not None:
             self.by_revisit.remove(job)
         if job.max_runtime is not None:

@@ -42,7 +42,6 @@ from corral.policies.fair_memos import (
     _givers,
     _kept,
     _note_unfreed,
-    _outrank_failed,
     _reclaim_failed,
     freed_by,
     reclaim_key,
@@ -181,8 +180,9 @@ class Fair(Policy):
             and cycle.within_guarantee(job)
         ):
             return True
-        return _outranks(cycle.snap, job.project, job.priority) and not _outrank_failed(
-            cycle, job.project, shape, job.priority
+        failed = cycle.policy_memo(FairCycleMemo).outrank_failed
+        return _outranks(cycle.snap, job.project, job.priority) and (
+            (job.project, shape, job.priority) not in failed
         )
 
     def _may_fit(self, cycle: Cycle, job: Job) -> bool:

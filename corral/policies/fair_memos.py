@@ -108,12 +108,6 @@ def _all_outlast(cycle: Cycle, project: str) -> bool:
     )
 
 
-def _outrank_failed(cycle: Cycle, project: str, shape: Shape, priority: int) -> bool:
-    """Has a search for lower-priority victims of the project failed for this kind of job
-    in this cycle (see Fair.victims)?"""
-    return (project, shape, priority) in cycle.policy_memo(FairCycleMemo).outrank_failed
-
-
 def _givers(cycle: Cycle, accel: str) -> list[_Giver]:
     """The projects that may give up jobs of a type now: asked per project and shape in
     each pass, so kept until the cycle next changes what projects hold."""

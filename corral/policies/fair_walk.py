@@ -76,17 +76,14 @@ class _Answers:
 
     def __init__(self, fair: Fair, cycle: Cycle):
         self.fair, self.cycle = fair, cycle
-        self.mark = self._mark()
+        self.mark = cycle.changes  # see Cycle.changes
         # The snapshot's running jobs and queue do not change during a cycle: nor do these.
         self.outranks: dict[str, bool] = {}
         self.outranking = cycle.snap.outrank_possible()
         self._capacity_changed()
 
-    def _mark(self) -> int:
-        return self.cycle.changes  # see Cycle.changes
-
     def after_yield(self) -> None:
-        mark = self._mark()
+        mark = self.cycle.changes
         if mark != self.mark:
             self.mark = mark
             self._capacity_changed()

@@ -12,7 +12,6 @@ starve_factor (default 4; 0 turns promotion off).
 from __future__ import annotations
 
 import math
-import struct
 from bisect import bisect_right
 from collections.abc import Iterator
 from functools import partial
@@ -169,32 +168,19 @@ def _reach(run: Running, threshold: float) -> float | None:
     if reached(estimate) != reached(math.nextafter(estimate, -INF)):  # mostly: exact
         return estimate
     # Float steps of the time can be far finer than those of the attained service (a start at
-    # 0, service just below the threshold): bracket, then bisect over the floats between.
+    # 0, service just below the threshold): bracket, then bisect down to adjacent floats.
     scale = abs(start) + abs(estimate) + (abs(threshold) + abs(job.attained)) / job.demand
     step, below, above = scale * 2.0**-52, estimate, estimate
     while reached(below):
         below, step = estimate - step, step * 2
     while not reached(above):
         above, step = estimate + step, step * 2
-    low, high = _float_order(below), _float_order(above)  # reached(high) and not reached(low)
-    while high - low > 1:
-        middle = (low + high) // 2
-        if reached(_from_order(middle)):
-            high = middle
+    while math.nextafter(below, INF) < above:  # reached(above) and not reached(below)
+        middle = below + (above - below) / 2
+        if not below < middle < above:  # (rounded onto an end)
+            middle = math.nextafter(below, INF)
+        if reached(middle):
+            above = middle
         else:
-            low = middle
-    return _from_order(high)
-
-
-def _float_order(x: float) -> int:
-    """An integer that orders floats as their values do (adjacent floats: adjacent ints)."""
-    bits = struct.unpack("<q", struct.pack("<d", x))[0]
-    return bits if bits >= 0 else -(bits & _MAGNITUDE)
-
-
-def _from_order(i: int) -> float:
-    bits = i if i >= 0 else (-i) | ~_MAGNITUDE
-    return struct.unpack("<d", struct.pack("<q", bits))[0]
-
-
-_MAGNITUDE = (1 << 63) - 1
+            below = middle
+    return above
