@@ -27,10 +27,14 @@ def check_admissible(snap: Snapshot, job: Job) -> str | None:
 
 def _topology(snap: Snapshot, job: Job) -> str | None:
     r = job.resources
-    slots = snap.cluster.worker_slots(r.accelerator, r.per_worker)
-    fitting = sum(1 for s in slots.values() if s >= r.workers)
+    nodes = snap.cluster.nodes  # per domain, the workers that fit on an empty pool:
+    slots = [
+        sum(nodes[i].count // r.per_worker for i in domain)
+        for domain in snap.cluster.typed_domains[r.accelerator].values()
+    ]
+    fitting = sum(1 for s in slots if s >= r.workers)
     if fitting == 0:
-        most = max(slots.values())
+        most = max(slots)
         return (
             f"a slice needs {r.workers} workers with {r.per_worker} {r.accelerator} each in one"
             f" domain; the largest domain holds {most}"
@@ -40,7 +44,7 @@ def _topology(snap: Snapshot, job: Job) -> str | None:
             f"needs {r.slices} exclusive domains that each hold {r.workers} workers;"
             f" the pool has {fitting}"
         )
-    if not r.exclusive and sum(s // r.workers for s in slots.values()) < r.slices:
+    if not r.exclusive and sum(s // r.workers for s in slots) < r.slices:
         return f"needs {r.slices} slices of {r.workers} workers; the pool holds fewer"
     return None
 

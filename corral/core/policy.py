@@ -20,7 +20,7 @@ from mypy_extensions import mypyc_attr
 from corral.core.cycle import Cycle
 from corral.core.model import Job
 from corral.core.preempt import MAX_PREEMPTIONS, Preemption, Protection
-from corral.core.queues import RunningKey
+from corral.core.queues import RunningIndex, RunningKey
 from corral.core.snapshot import Snapshot, default_queue_key
 from corral.formats.types import Node, Quota, SchedulerConfig
 
@@ -82,14 +82,7 @@ class Policy:
             until = self.protection.until
             later = [until(r) for r in cycle.running_after() if r.job.preemptible]
         else:
-            later = [t for t in map(index.key, cycle.started) if t is not None]
-            after = math.nextafter(snap.now, math.inf)  # entries: (until, id, run)
-            for entries in index.by_type.values():
-                for i in range(entries.bisect_left((after,)), len(entries)):
-                    run = entries[i][2]
-                    if not run.terminating and run.job.id not in cycle.victims:
-                        later.append(entries[i][0])
-                        break
+            later = next_keys(index, cycle)
         return min((t for t in later if snap.now < t < math.inf), default=None)
 
     def all_of_age(self, snap: Snapshot) -> bool:
@@ -175,6 +168,20 @@ class Policy:
         condition (safe answer: True): False lets a driver skip the cycle for an arrival that
         cannot fit either."""
         return self.preempts
+
+
+def next_keys(index: RunningIndex, cycle: Cycle) -> list[float]:
+    """The keys of the jobs the cycle starts, and per type the first key after now of a job
+    still running after the cycle (not stopping, not a victim): the index's next times."""
+    later = [t for t in map(index.key, cycle.started) if t is not None]
+    after = math.nextafter(cycle.snap.now, math.inf)  # entries: (key, id, run)
+    for entries in index.by_type.values():
+        for i in range(entries.bisect_left((after,)), len(entries)):
+            run = entries[i][2]
+            if not run.terminating and run.job.id not in cycle.victims:
+                later.append(entries[i][0])
+                break
+    return later
 
 
 def may_be_victim(job: Job) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 
 from corral.core.freemap import FreeMap
@@ -56,17 +56,6 @@ class Cluster:
     capacity: dict[str, int]  # accelerator -> inventory count
     largest_node: dict[str, int]  # accelerator -> most accelerators on one node
     typed_domains: dict[str, dict[str, tuple[int, ...]]]  # accelerator -> domain -> its nodes
-    _slots: dict[tuple[str, int], dict[str, int]] = field(default_factory=dict)
-
-    def worker_slots(self, accelerator: str, per_worker: int) -> dict[str, int]:
-        """Per domain, how many workers of this size fit on an empty pool (cached)."""
-        key = (accelerator, per_worker)
-        if key not in self._slots:
-            self._slots[key] = {
-                d: sum(self.nodes[i].count // per_worker for i in nodes)
-                for d, nodes in self.typed_domains.get(accelerator, {}).items()
-            }
-        return self._slots[key]
 
     @classmethod
     def build(cls, nodes: Sequence[Node]) -> Cluster:

@@ -22,7 +22,7 @@ from mypy_extensions import mypyc_attr
 from corral.core import memos
 from corral.core.cycle import Cycle
 from corral.core.model import Job, Running
-from corral.core.policy import may_be_victim
+from corral.core.policy import may_be_victim, next_keys
 from corral.core.queues import RunningKey
 from corral.policies.ranked import INF, Entry, Keep, RankCycleMemo, RankPolicy, run_of
 
@@ -137,14 +137,7 @@ class Las(RankPolicy):
     def wake_at(self, cycle: Cycle) -> float | None:
         """Next time a running job crosses a queue threshold, or a waiting job is promoted."""
         now = cycle.snap.now
-        later = [t for t in map(self._first_crossing, cycle.started) if t is not None and t > now]
-        after = math.nextafter(now, INF)  # entries are (time, id, run): the first past `now`
-        for entries in cycle.snap.running_by["wake"].by_type.values():
-            for i in range(entries.bisect_left((after,)), len(entries)):
-                crossing, _, run = entries[i]
-                if not run.terminating and run.job.id not in cycle.victims:
-                    later.append(crossing)
-                    break
+        later = [t for t in next_keys(cycle.snap.running_by["wake"], cycle) if t > now]
         waiting, due = cycle.snap.pending.by_revisit, self._due(cycle)
         if due < len(waiting):
             later.append(self.revisit_at(waiting[due]))  # type: ignore[arg-type]
