@@ -84,9 +84,10 @@ class Cycle:
         # Counts admissions, preemptions, promises and the reservation: a policy may keep
         # answers within a cycle while this stays the same (nothing else changes capacity).
         self.changes = 0
-        # Placements that failed, by what placement reads: until `changes` moves.
-        self._unplaced: set[tuple] | None = None
-        self._unplaced_at = 0
+        # Placements that failed, by what placement reads (fit.place_unless_failed), as of
+        # `changes` then (`unplaced_at`): until it moves.
+        self.unplaced: set[tuple] | None = None
+        self.unplaced_at = 0
         if base is None:
             for run in snap.terminating.values():
                 self._releasing(run)
@@ -221,22 +222,6 @@ class Cycle:
             memos.same("worker slots", found, sum(free.avail(i) // per_worker for i in nodes))
         return found
 
-    def known_unplaced(self, job: Job, long: bool, after: bool) -> bool:
-        """Did placing a job of the same resources fail since the cycle last changed (see
-        fit.place_unless_failed)? `after`: placed on `after_release`, which changes only with
-        the cycle."""
-        unplaced = self._unplaced
-        return (
-            unplaced is not None
-            and self._unplaced_at == self.changes
-            and _placement_key(job, long, after) in unplaced
-        )
-
-    def note_unplaced(self, job: Job, long: bool, after: bool) -> None:
-        if self._unplaced is None or self._unplaced_at != self.changes:
-            self._unplaced, self._unplaced_at = set(), self.changes
-        self._unplaced.add(_placement_key(job, long, after))
-
     def projects_may_fit(self) -> set[str]:
         """The projects with a pending job that could fit in what is free now (in what is not
         held for the reservation, unless the project has jobs with a max_runtime or borrows)."""
@@ -349,9 +334,3 @@ class Cycle:
         self.reservation = reservation
         if self._after is not None:
             self._after.reserve(reservation)
-
-
-def _placement_key(job: Job, long: bool, after: bool) -> tuple:
-    """What placement reads of a job, its resources (a tuple: hashed in C), and where."""
-    r = job.resources
-    return (job.shape, r.workers, r.exclusive, long, after)

@@ -49,14 +49,19 @@ def place_unless_failed(
     job of the same resources failed to place there since the cycle last changed: where
     placement fails though enough slots are free (split across domains, no empty domain for
     an exclusive job), the jobs of the same kind behind it would fail again."""
-    after = on is not None
-    if cycle.known_unplaced(job, long, after):
+    r = job.resources  # what placement reads of the job (a tuple: hashed in C), and where
+    key = (job.shape, r.workers, r.exclusive, long, on is not None)
+    failed = cycle.unplaced if cycle.unplaced_at == cycle.changes else None
+    if failed is not None and key in failed:
         if memos.CHECKING:
             memos.same("failed placement", None, place(cycle if on is None else on, job, long))
         return None
     nodes = place(cycle if on is None else on, job, long)
     if nodes is None:
-        cycle.note_unplaced(job, long, after)
+        if failed is None:
+            failed = cycle.unplaced = set()
+            cycle.unplaced_at = cycle.changes
+        failed.add(key)
     return nodes
 
 

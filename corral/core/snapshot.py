@@ -306,15 +306,11 @@ class Snapshot:
         found = set()
         for project in self.pending.demand:
             least = self.pending.summary(project).least_demand
-            if any(self.room_within(project, accel, need) for accel, need in least.items()):
-                found.add(project)
+            for accel, need in least.items():
+                if within(self.held(project, accel), need, self.guarantee_of(project, accel)):
+                    found.add(project)
+                    break
         return found
-
-    def room_within(self, project: str, accelerator: str, amount: int) -> bool:
-        """Would `amount` more keep the project within its guarantee (see Cycle.room_within)?"""
-        return within(
-            self.held(project, accelerator), amount, self.guarantee_of(project, accelerator)
-        )
 
     def _fold(self, project: str, now: float) -> None:
         if self.half_life > 0:

@@ -40,7 +40,9 @@ class Srtf(RankPolicy):
     def running_keys(self) -> dict[str, RunningKey]:
         # end: when a job that may be a victim will be done; time left now is about end - now.
         keys = super().running_keys()
-        keys["end"] = lambda run: _end(run) if may_be_victim(run.job) else None
+        keys["end"] = lambda run: (
+            run.started_at + remaining(run.job) if may_be_victim(run.job) else None
+        )
         return keys
 
     def indexed_worse(
@@ -86,8 +88,3 @@ class Srtf(RankPolicy):
 
     def describe(self, rank: float) -> str:
         return f"{rank:g} s left"
-
-
-def _end(run: Running) -> float:
-    """When a running job will be done: its time left now is about `_end(run) - now`."""
-    return run.started_at + remaining(run.job)
