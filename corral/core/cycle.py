@@ -296,7 +296,7 @@ class Cycle:
         self.promise(preemptor, nodes)
         n = len(victims)
         why = f"preempting {n} job{'s' * (n > 1)} to make room"
-        self.wait(preemptor, ReasonCode.PREEMPTING, why)
+        self.wait(preemptor, Reason(ReasonCode.PREEMPTING, why))
 
     def _releasing(self, run: Running) -> None:
         self.releasing.append(run)
@@ -325,8 +325,8 @@ class Cycle:
             for i in nodes:
                 self.exclusive[self.snap.cluster.domain_of[i]] = job.id
 
-    def wait(self, job: Job, code: ReasonCode, message: str) -> None:
-        self.decision.reasons[job.id] = Reason(code, message)
+    def wait(self, job: Job, reason: Reason) -> None:
+        self.decision.reasons[job.id] = reason
 
     def reserve(self, reservation: Reservation) -> None:
         self.changes += 1

@@ -92,7 +92,7 @@ def _consider(ran: CycleRun, policy: Policy, job: Job) -> None:
     cycle = ran.cycle
     capped = reasons.limit(cycle, job)
     if capped is not None:
-        cycle.wait(job, capped.code, capped.message)
+        cycle.wait(job, capped)
         return
     if not cycle.releasing:
         # Plan the reservation (if any) before placing: it would be planned before this job
@@ -124,8 +124,7 @@ def _promise(cycle: Cycle, job: Job) -> bool:
     if soon is None:
         return False
     cycle.promise(job, soon)
-    why = reasons.releasing(cycle)
-    cycle.wait(job, why.code, why.message)
+    cycle.wait(job, reasons.releasing(cycle))
     return True
 
 
@@ -140,7 +139,7 @@ def _blocked(cycle: Cycle, job: Job):
     res = cycle.reservation
     long = outlasts(cycle, job)
     if long and res is not None and cycle.may_fit(job, long=False):  # but for the reservation
-        return reasons.reserved(job, res.job)
+        return reasons.reserved(res.job)
     return reasons.blocked(cycle, job, long=long)
 
 

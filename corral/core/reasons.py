@@ -27,7 +27,12 @@ def capacity(cycle: Cycle, job: Job, long: bool = True) -> Reason:
     )
 
 
-def quota(cycle: Cycle, job: Job, free: int) -> Reason:
+def blocked(cycle: Cycle, job: Job, long: bool = True) -> Reason:
+    """A job that neither fits nor can preempt: beyond its share with too little idle to
+    borrow (quota), or enough free accelerators but not in the shape it needs (capacity)."""
+    free = cycle.free_total(job.accelerator)
+    if free >= job.demand or cycle.within_guarantee(job):
+        return capacity(cycle, job, long)
     held = cycle.held(job.project, job.accelerator)
     g = cycle.snap.guarantee_of(job.project, job.accelerator)
     pool = "the pool is full" if free == 0 else f"only {free} are free (it needs {job.demand})"
@@ -35,15 +40,6 @@ def quota(cycle: Cycle, job: Job, free: int) -> Reason:
         ReasonCode.QUOTA,
         f"project {job.project} holds {held} of its {g:g} {job.accelerator} and {pool}",
     )
-
-
-def blocked(cycle: Cycle, job: Job, long: bool = True) -> Reason:
-    """A job that neither fits nor can preempt: beyond its share with too little idle to
-    borrow (quota), or enough free accelerators but not in the shape it needs (capacity)."""
-    free = cycle.free_total(job.accelerator)
-    if free < job.demand and not cycle.within_guarantee(job):
-        return quota(cycle, job, free)
-    return capacity(cycle, job, long)
 
 
 def limit(cycle: Cycle, job: Job) -> Reason | None:
@@ -94,7 +90,7 @@ def interactive_limit(cycle: Cycle, job: Job) -> Reason | None:
     )
 
 
-def reserved(job: Job, holder: Job) -> Reason:
+def reserved(holder: Job) -> Reason:
     return Reason(ReasonCode.RESERVED, f"capacity held for job {holder.name} ({holder.id})")
 
 
