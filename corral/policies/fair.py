@@ -297,7 +297,9 @@ class Fair(Policy):
 
     def _outrank(self, cycle: Cycle, job: Job) -> Preemption | None:
         """Lower-priority jobs of the project to preempt, if freeing them lets the job fit."""
-        outranked = self._outranked(cycle, job)
+        runs = cycle.snap.preemptible.get(job.accelerator, {}).get(job.project, ())
+        lower = takewhile(lambda r: r.job.priority < job.priority, runs)
+        outranked = [r for r in lower if eligible(cycle, r, self.protection)]
         found = None
         if outranked and could_free_room(cycle, job, outranked):
             found = find_victims(cycle, job, outranked)
@@ -449,11 +451,6 @@ class Fair(Policy):
             released[which] = (runs, read, amounts)
         giver.released = amounts
         return amounts
-
-    def _outranked(self, cycle: Cycle, job: Job) -> list[Running]:
-        runs = cycle.snap.preemptible.get(job.accelerator, {}).get(job.project, ())
-        lower = takewhile(lambda r: r.job.priority < job.priority, runs)
-        return [r for r in lower if eligible(cycle, r, self.protection)]
 
     def _swap_allowed(self, cycle: Cycle, job: Job, victims: list[Running]) -> bool:
         freed = sum(r.job.demand for r in victims)
