@@ -360,9 +360,9 @@ def test_read_buffers_are_reused_only_once_no_view_is_left():
     """Reads hand on views of their buffers (a transport may still be sending one): a buffer
     is handed out again only after every view of it is gone, never while one could see it
     change."""
-    from corral.crypt.format import _ReadBuffers
+    from corral.crypt.format import _Buffers
 
-    pool = _ReadBuffers()
+    pool = _Buffers()
     first = pool.get(MIB + TAG)
     piece = memoryview(first)[5:MIB]
     pool.give(first)

@@ -435,51 +435,7 @@ class InPlaceSegmentWriter:
         self._fill = 0
 
 
-WHOLE_KEPT = 128 << 20  # bytes of whole-object and upload-part buffers kept for reuse
-
-
-class _WholeBuffers:
-    """Buffers of whole objects' ciphertext and of upload parts, kept by size once done
-    with: a checkpoint's shards mostly share a size, and a fresh buffer per object costs its
-    page faults again (contended when many threads write at once). Keeps at most WHOLE_KEPT
-    bytes, so no more than was once in use at the same time."""
-
-    def __init__(self) -> None:
-        self._free: dict[int, list[bytearray]] = {}
-        self._kept = 0
-        self._lock = threading.Lock()
-
-    def get(self, size: int) -> bytearray:
-        with self._lock:
-            kept = self._free.get(size)
-            if kept:
-                self._kept -= size
-                return kept.pop()
-        return bytearray(size)
-
-    def give(self, buf: bytearray) -> None:
-        size = len(buf)
-        if not size or size > WHOLE_KEPT:
-            return
-        with self._lock:
-            if self._kept + size > WHOLE_KEPT:
-                self._free.clear()  # mostly another size in use now: start over
-                self._kept = 0
-            self._free.setdefault(size, []).append(buf)
-            self._kept += size
-
-    @contextmanager
-    def take(self, size: int) -> Iterator[bytearray]:
-        buf = self.get(size)
-        try:
-            yield buf
-        finally:
-            self.give(buf)
-
-
-part_buffers = _WholeBuffers()
-
-READ_KEPT = 128 << 20  # bytes of read buffers kept for reuse
+BUFFERS_KEPT = 128 << 20  # bytes of buffers each pool keeps for reuse
 
 
 def _unexported(buf: bytearray) -> bool:
@@ -493,14 +449,16 @@ def _unexported(buf: bytearray) -> bool:
     return True
 
 
-class _ReadBuffers:
-    """Buffers that reads decrypt into and hand on as views (the gateway's GET: the
-    transport holds on to a view until it is sent), reused once no view of them is left. A
-    fresh 8 MiB bytearray costs a zero fill and its page faults, about a third of what
-    decrypting it does. Keeps at most READ_KEPT bytes, so no more than was once in use."""
+class _Buffers:
+    """Buffers kept once done with, handed out again for a request of the same size: a
+    checkpoint's shards mostly share a size, and a fresh buffer costs a zero fill and its
+    page faults again (contended when many threads write at once; about a third of what
+    decrypting it costs). A buffer given back while views of it are still in use (a read's
+    piece: the transport holds on to it until it is sent) is handed out again only once they
+    are all gone. Keeps at most BUFFERS_KEPT bytes, so no more than was once in use."""
 
     def __init__(self) -> None:
-        self._held: list[bytearray] = []  # handed on, or free: free once unexported
+        self._held: list[bytearray] = []  # given back, free once unexported
         self._kept = 0
         self._lock = threading.Lock()
 
@@ -513,19 +471,26 @@ class _ReadBuffers:
         return bytearray(size)
 
     def give(self, buf: bytearray) -> None:
-        """`buf`, whose views may still be in use: it is handed out again only once they
-        are all gone."""
         size = len(buf)
-        if not size or size > READ_KEPT:
+        if not size or size > BUFFERS_KEPT:
             return
         with self._lock:
-            while self._held and self._kept + size > READ_KEPT:
+            while self._held and self._kept + size > BUFFERS_KEPT:
                 self._kept -= len(self._held.pop(0))  # the oldest: most likely another size
             self._held.append(buf)
             self._kept += size
 
+    @contextmanager
+    def take(self, size: int) -> Iterator[bytearray]:
+        buf = self.get(size)
+        try:
+            yield buf
+        finally:
+            self.give(buf)
 
-read_buffers = _ReadBuffers()
+
+part_buffers = _Buffers()  # whole objects' ciphertext and upload parts
+read_buffers = _Buffers()  # what reads decrypt into and hand on as views
 
 
 @contextmanager
