@@ -230,7 +230,6 @@ class _Replay:
 
     def _run(self, events: Sequence[Mapping[str, Any]]) -> _Replay:  # noqa: C901 (one loop)
         jobs, times = self.jobs, self.times
-        busies, queues, actives = self.busy, self.queue, self.active
         at, by_project, by_type, delta = self.changes
         touched: list[_Project] = []  # projects whose jobs changed at the current instant
         now_busy = now_queue = now_running = 0
@@ -243,17 +242,8 @@ class _Replay:
             if t != last:  # events at one time share one point
                 if t < last:
                     raise _Unsorted
-                if i >= 0:  # close the last instant (as _point, inline: once per instant)
-                    busies.append(now_busy)
-                    queues.append(now_queue)
-                    actives.append(now_queue + now_running)
-                    for project in touched:
-                        if project.pending > 0 and project.running == 0:
-                            if project.starved_since is None:
-                                project.starved_since = last
-                        elif project.starved_since is not None:
-                            project.close(last)
-                    touched.clear()
+                if i >= 0:
+                    self._point(now_busy, now_queue, now_running, touched, last)
                 times.append(t)
                 i += 1
                 last = t
