@@ -175,8 +175,19 @@ class LiveServer:
             if check(job):
                 return job
             if time.monotonic() > deadline:
-                raise AssertionError(f"job {job_id} not {what or until} in {timeout}s: {job}")
+                raise AssertionError(
+                    f"job {job_id} not {what or until} in {timeout}s: {job}"
+                    + self.supervisor_log(job_id, job["attempt"])
+                )
             time.sleep(0.1)
+
+    def supervisor_log(self, job_id: str, attempt: int, lines: int = 40) -> str:
+        """The end of the attempt's supervisor log, to say where a job that is late got to."""
+        path = self.state / "runs" / job_id / str(attempt) / "supervisor.log"
+        if not path.exists():
+            return f"\n(no {path})"
+        tail = path.read_text(errors="replace").splitlines()[-lines:]
+        return f"\n{path}:\n" + "\n".join(tail)
 
     def live_jobs(self) -> list[dict]:
         with self.http(self.admin_token) as c:
