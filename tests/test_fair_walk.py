@@ -109,8 +109,8 @@ class Plain(Fair):
 
     def _plain_outranks(self, cycle: Cycle, project: str) -> bool:
         running = cycle.snap.running_priorities.get(project)
-        users = cycle.snap.pending.by_user[project]
-        return bool(running) and max(jobs[0].priority for jobs in users.values()) > min(running)
+        heads = [next(iter(jobs)) for jobs in cycle.snap.pending.by_user[project].values()]
+        return bool(running) and max(job.priority for job in heads) > min(running)
 
     def _key(self, cycle: Cycle, project: str, head: Job) -> tuple:
         guaranteed, ratio = self._key_head(cycle, project, head.accelerator, head.demand)

@@ -1,9 +1,6 @@
-"""One scheduling cycle's scratch state: a copy-on-write overlay of the snapshot.
-
-Admissions and preemptions chosen earlier in the cycle must be visible to later choices, but
-the snapshot itself stays untouched (`decide` is pure). The overlay works on its own copy of
-the snapshot's `FreeMap`, whose cheap indexes (per-type histograms, worker-slot counts) let a
-cycle skip jobs that cannot possibly fit without walking the nodes.
+"""One scheduling cycle's scratch state: a copy-on-write overlay of the snapshot, so that
+choices made earlier in the cycle are seen by later ones while the snapshot stays untouched
+(`decide` is pure). It works on its own copy of the snapshot's `FreeMap`.
 """
 
 from __future__ import annotations
@@ -36,11 +33,20 @@ class Reservation:
         nodes: tuple[int, ...],
         due: float | None,
         held: dict[int, int],
-        waits_for: set[str] | None = None,
+        waits_for: set[str],
     ) -> None:
         self.job, self.nodes, self.due, self.held = job, nodes, due, held
-        self.waits_for = set() if waits_for is None else waits_for
-        self.lends = False
+        self.waits_for, self.lends = waits_for, False
+
+
+def freed_by(runs: list[Running]) -> dict[int, int]:
+    """Per node, the accelerators the runs free."""
+    amounts: dict[int, int] = {}
+    for run in runs:
+        per = run.job.per_worker
+        for i in run.nodes:
+            amounts[i] = amounts.get(i, 0) + per
+    return amounts
 
 
 class Cycle:
@@ -48,7 +54,6 @@ class Cycle:
         """A cycle on the snapshot; with `base`, a probe of that cycle (see `probe`)."""
         self.snap = snap
         self.spread = spread
-        # What is free where, as the cycle goes on.
         self.map: FreeMap = (snap.map if base is None else base.map).copy()
         self.free = self.map.free  # (the map's own list, read in every placement)
         self.node_jobs: list[int] = (snap.node_jobs if base is None else base.node_jobs).copy()
@@ -70,16 +75,15 @@ class Cycle:
         self.reserver: Job | None = None if base is None else base.reserver
         self.reservation: Reservation | None = None if base is None else base.reservation
         self.decision = Decision()  # (a probe only places: nothing reads its own)
-        # What a job outlasting the reservation may take: the map beside the capacity it
-        # holds (`long_map`), kept by `_take` from when first asked until the reservation
-        # changes.
+        # What a job outlasting the reservation may take (`long_map`), kept by `_take` from
+        # when first asked until the reservation changes.
         self._long: FreeMap | None = None
         if base is not None and base._long is not None:
             self._long = base._long.copy()
-        self._pristine: bool = base is None or base._pristine  # no change yet: the snapshot's map
+        # No change yet (nothing admitted, promised or released): the map is the snapshot's.
+        self.pristine: bool = base is None or base.pristine
         self.memo: PolicyMemo | None = None  # the policy's own, for this cycle (memos.py)
-        # Accelerators started by this cycle, per type.
-        self.admitted: dict[str, int] = {} if base is None else base.admitted
+        self.admitted: dict[str, int] = {} if base is None else base.admitted  # per type
         self.started: list[Running] = []  # jobs this cycle starts
         # Counts admissions, preemptions, promises and the reservation: a policy may keep
         # answers within a cycle while this stays the same (nothing else changes capacity).
@@ -99,10 +103,6 @@ class Cycle:
             memo = self.memo = kind()
         return memo
 
-    def untouched(self) -> bool:
-        """Is the free map still the snapshot's (nothing admitted, promised or released)?"""
-        return self._pristine
-
     def probe(self, released: bool = False) -> Cycle:
         """A scratch copy of the free map for what-if placement (preemption, reservation);
         `released`: as it will be once the stopping jobs are gone and the promises kept."""
@@ -111,9 +111,8 @@ class Cycle:
         return Cycle(self.snap, self.spread, base=self)
 
     def after_release(self) -> Cycle:
-        """The free map once the stopping jobs are gone and the jobs promised their room have
-        it. Kept up to date as the cycle goes on (read it, do not change it): many blocked
-        jobs look at it, and rebuilding it for each would cost O(stopping jobs) every time."""
+        """The free map once the stopping jobs are gone and the promises kept, kept up to date
+        (read it, do not change it): rebuilt for each blocked job, it would cost O(stopping)."""
         if self._after is None:
             self._after = self._released()
         elif memos.CHECKING:
@@ -133,22 +132,16 @@ class Cycle:
 
     def release_all(self, runs: list[Running]) -> None:
         """What-if: `release` each of `runs`, one change per node."""
-        amounts: dict[int, int] = {}
         for run in runs:
-            per = run.job.per_worker
             for i in run.nodes:
-                amounts[i] = amounts.get(i, 0) + per
                 self.node_jobs[i] -= 1
-            if run.job.resources.exclusive:
-                self._open_domains(run.job, run.nodes)
-        for i, amount in amounts.items():
+            if run.job.resources.exclusive:  # its domains, unless promised to another job
+                for i in run.nodes:
+                    domain = self.snap.cluster.domain_of[i]
+                    if self.exclusive.get(domain) == run.job.id:
+                        del self.exclusive[domain]
+        for i, amount in freed_by(runs).items():
             self._take(i, -amount)
-
-    def _open_domains(self, job: Job, nodes: tuple[int, ...]) -> None:
-        for i in nodes:
-            domain = self.snap.cluster.domain_of[i]
-            if self.exclusive.get(domain) == job.id:  # not a domain promised to another
-                del self.exclusive[domain]
 
     def occupy(self, job: Job, nodes: tuple[int, ...]) -> None:
         per = job.per_worker
@@ -158,8 +151,6 @@ class Cycle:
         if job.resources.exclusive:
             for i in nodes:
                 self.exclusive[self.snap.cluster.domain_of[i]] = job.id
-
-    # -- usage -------------------------------------------------------------------------------
 
     def held(self, project: str, accelerator: str) -> int:
         held = self.usage.get(project)  # (typed lookups: fast once compiled)
@@ -182,8 +173,6 @@ class Cycle:
         guarantee = self.snap.guarantee_of(project, accelerator)
         return within(self.held(project, accelerator), amount, guarantee)
 
-    # -- free-capacity histograms ------------------------------------------------------------
-
     def long_map(self, long: bool) -> FreeMap:
         """The free map a job sees: for a `long` one (outlasting the reservation), beside the
         capacity it holds."""
@@ -201,20 +190,12 @@ class Cycle:
         hist = self.histogram(accelerator, False)
         return sum(k * n for k, n in enumerate(hist))
 
-    def max_block(self, accelerator: str, long: bool = True) -> int:
-        hist = self.histogram(accelerator, long)
-        for k in range(len(hist) - 1, 0, -1):
-            if hist[k]:
-                return k
-        return 0
-
     def may_fit(self, job: Job, long: bool) -> bool:
         """Cheap necessary condition: enough per_worker-sized blocks of the job's type."""
         return self.blocks(job.accelerator, job.per_worker, long) >= job.gang
 
     def blocks(self, accelerator: str, per_worker: int, long: bool = True) -> int:
-        """Free per_worker-sized blocks of a type, over all nodes (kept up to date as the
-        cycle goes on: policies ask this for every project and shape)."""
+        """Free per_worker-sized blocks of a type, over all nodes (kept by the map)."""
         free = self.long_map(long)
         found = free.slots_of(accelerator, per_worker)
         if memos.CHECKING:  # the slot counts and histograms, against the free map
@@ -246,7 +227,7 @@ class Cycle:
 
     def may_fit_any(self) -> bool:
         """Could any pending job fit? (Held capacity counts as free: conservative.)"""
-        fewest = self.snap.pending.summary_all().fewest_workers
+        fewest = self.snap.pending.summary().fewest_workers
         for (accelerator, per_worker), workers in fewest.items():
             if self.blocks(accelerator, per_worker, False) >= workers:
                 return True
@@ -254,12 +235,10 @@ class Cycle:
 
     def _take(self, node: int, amount: int) -> None:
         """Move `amount` accelerators of a node between free and used, keeping the indexes."""
-        self._pristine = False
+        self.pristine = False
         if self._long is not None:
             self._long.take(node, amount)
         self.map.take(node, amount)
-
-    # -- outcomes ----------------------------------------------------------------------------
 
     def under_cap(self, job: Job) -> bool:
         """total_resources caps what corral hands out of a type, whatever the inventory."""
@@ -307,9 +286,8 @@ class Cycle:
             soon[i] = soon.get(i, 0) + per
 
     def promise(self, job: Job, nodes: tuple[int, ...]) -> None:
-        """Hold `nodes` for a job that starts once the stopping jobs are gone: its share counts
-        as taken, it takes what they release first and free accelerators for the rest, and an
-        exclusive job's domains are closed, so no later job in the cycle leaves it short."""
+        """Hold `nodes` for a job that starts once the stopping jobs are gone (first what they
+        release, free accelerators for the rest), so no later job in the cycle leaves it short."""
         self.changes += 1
         self._add_usage(job.project, job.accelerator, job.demand)
         if self._after is not None:

@@ -2,8 +2,7 @@
 
 For each pending job in the policy's order: hard limits, then fit (backfill: a job that does
 not fit never blocks the ones behind it), then preemption, then a reason. The first blocked
-job the policy allows gets a reservation, computed only when a later job would otherwise take
-capacity it needs (most cycles never pay for it).
+job the policy allows gets a reservation, planned only once it matters (`before_admitting`).
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ from corral.core.cycle import Cycle
 from corral.core.fit import place_unless_failed
 from corral.core.model import Decision, Job, Reason
 from corral.core.policy import Policy
-from corral.core.preempt import place_after_release
 from corral.core.reserve import may_lend, outlasts, plan_reservation
 from corral.core.snapshot import Snapshot
 
@@ -119,8 +117,11 @@ def _consider(ran: CycleRun, policy: Policy, job: Job) -> None:
 
 
 def _promise(cycle: Cycle, job: Job) -> bool:
-    """Hold what the job needs beside the stopping jobs' accelerators, if it fits there."""
-    soon = place_after_release(cycle, job)
+    """Hold what the job needs beside the stopping jobs' accelerators, if it fits once they
+    are gone."""
+    if not cycle.releasing:
+        return False
+    soon = place_unless_failed(cycle, job, False, on=cycle.after_release())
     if soon is None:
         return False
     cycle.promise(job, soon)
@@ -135,14 +136,6 @@ def _fit(cycle: Cycle, job: Job) -> tuple[int, ...] | None:
     return place_unless_failed(cycle, job, long)
 
 
-def _blocked(cycle: Cycle, job: Job):
-    res = cycle.reservation
-    long = outlasts(cycle, job)
-    if long and res is not None and cycle.may_fit(job, long=False):  # but for the reservation
-        return reasons.reserved(res.job)
-    return reasons.blocked(cycle, job, long=long)
-
-
 def _explain_the_rest(cycle: Cycle, given: dict[str, Reason]) -> None:
     """The reason of each pending job the cycle gave none (blocked, or not examined because
     nothing could change for it), from the cycle's final state: computed once per kind of
@@ -151,11 +144,10 @@ def _explain_the_rest(cycle: Cycle, given: dict[str, Reason]) -> None:
     for job in cycle.snap.pending.jobs.values():
         if job.id in given:
             continue
-        r = job.resources
+        r, long = job.resources, outlasts(cycle, job)
         kind: tuple = (job.project, job.shape, r.slices, r.exclusive)
-        kind += (job.preemptible, job.interactive, job.max_runtime, outlasts(cycle, job))
+        kind += (job.preemptible, job.interactive, job.max_runtime, long)
         found = kinds.get(kind)
         if found is None:
-            capped = reasons.limit(cycle, job)
-            found = kinds[kind] = capped if capped is not None else _blocked(cycle, job)
+            found = kinds[kind] = reasons.limit(cycle, job) or reasons.blocked(cycle, job, long)
         given[job.id] = found

@@ -2,9 +2,8 @@
 
 A worker needs `per_worker` free accelerators of its type on one node; each slice's workers lie
 in one domain; an exclusive slice owns its domain alone. `pack` (best fit) takes the fullest
-domain and the fullest nodes that fit, keeping large blocks free for big gangs; `spread` takes
-the emptiest. Domains are visited in order of free capacity, so a fit usually looks at the
-nodes of one domain, not all of them.
+domain and nodes that fit, keeping large blocks free for big gangs; `spread`, the emptiest.
+Domains are visited in order of free capacity: a fit usually looks at one domain's nodes.
 """
 
 from __future__ import annotations
@@ -79,24 +78,12 @@ def _one_domain(
     for k in sizes:
         if not hist[k]:
             continue
-        for i in _with_available(free, held, nodes, k, workers - len(out)):
-            out.extend([i] * min(k // per, workers - len(out)))
-            if len(out) == workers:
-                return tuple(out)
+        for i in nodes:  # those with exactly k available, by position
+            if free[i] - (held.get(i, 0) if held else 0) == k:
+                out.extend([i] * min(k // per, workers - len(out)))
+                if len(out) == workers:
+                    return tuple(out)
     return None
-
-
-def _with_available(
-    free: list[int], held: dict[int, int] | None, nodes: tuple[int, ...], k: int, want: int
-) -> list[int]:
-    """The first `want` (by position) of the nodes with exactly k available."""
-    found: list[int] = []
-    for i in nodes:
-        if free[i] - (held.get(i, 0) if held else 0) == k:
-            found.append(i)
-            if len(found) == want:
-                break
-    return found
 
 
 def _place_slice(

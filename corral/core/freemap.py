@@ -1,10 +1,6 @@
 """What is free where: the one capacity model. `FreeMap` owns the free accelerators of each
 node and every index derived from them, kept exact by `take`; the snapshot keeps one, and a
-cycle, each of its what-if probes and its view after the stopping jobs are gone (`Cycle.probe`,
-`Cycle.after_release`) work on copies (`copy`). What a job outlasting a reservation may take
-is a second map that counts only what is beside the held capacity (`beside`, kept by the
-cycle: `Cycle.long_map`); a what-if search counts the releases it tries on a narrow copy
-(`counter`: core/slots.py)."""
+cycle, its what-if probes and its view after the stopping jobs are gone work on copies."""
 
 from __future__ import annotations
 
@@ -27,12 +23,8 @@ class FreeMap:
     ) -> None:
         self.cluster = cluster
         self.free = free  # node -> free accelerators
-        # node -> accelerators held for a reservation: the indexes count only what is beside
-        # them (None: all that is free).
-        self.held = held
-        # accelerator -> [nodes with k free for k in 0..largest node]: whether a shape can
-        # fit anywhere, at once.
-        self.hist = hist
+        self.held = held  # node -> accelerators held, which the indexes leave out (or None)
+        self.hist = hist  # accelerator -> [nodes with k free for k in 0..largest node]
         # accelerator -> per_worker -> free worker slots of that size, for the sizes asked
         # (`slots_of`). (Nested, not keyed by tuples: a string's hash is kept, a tuple's is
         # computed on every lookup.)
@@ -47,16 +39,13 @@ class FreeMap:
         return cls(cluster, [node.count for node in cluster.nodes], hist, {})
 
     def copy(self) -> FreeMap:
-        return FreeMap(
-            self.cluster,
-            self.free.copy(),
-            {accel: list(hist) for accel, hist in self.hist.items()},
-            {accel: dict(counts) for accel, counts in self.slots.items()},
-            self.held,
-        )
+        hist = {accel: list(hist) for accel, hist in self.hist.items()}
+        slots = {accel: dict(counts) for accel, counts in self.slots.items()}
+        return FreeMap(self.cluster, self.free.copy(), hist, slots, self.held)
 
     def beside(self, held: dict[int, int]) -> FreeMap:
-        """A copy whose indexes count only what is beside `held` (node -> accelerators)."""
+        """A copy whose indexes count only what is beside `held` (node -> accelerators): what
+        a job outlasting a reservation may take (`Cycle.long_map`)."""
         hist = {accel: list(hist) for accel, hist in self.hist.items()}
         accelerator_of, free = self.cluster.accelerator_of, self.free
         for i, amount in held.items():
@@ -68,11 +57,9 @@ class FreeMap:
     def counter(self, accelerator: str, per_worker: int) -> FreeMap:
         """A copy that keeps one worker-slot count: what a what-if search counts its releases
         on before it changes a probe (core/slots.py)."""
-        found = self.slots_of(accelerator, per_worker)
+        slots = {accelerator: {per_worker: self.slots_of(accelerator, per_worker)}}
         hist = {accel: list(hist) for accel, hist in self.hist.items()}
-        return FreeMap(
-            self.cluster, self.free.copy(), hist, {accelerator: {per_worker: found}}, self.held
-        )
+        return FreeMap(self.cluster, self.free.copy(), hist, slots, self.held)
 
     def avail(self, node: int) -> int:
         """Free accelerators of a node that the indexes count."""

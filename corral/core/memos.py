@@ -3,12 +3,10 @@ declared as a typed field next to the rule that ends it (Kueue's scheduler keeps
 the same way). Three lifetimes:
 
 - Across cycles, `SnapshotMemos` (`Snapshot.memos`): the only part of a snapshot that `decide`
-  writes. Each entry is checked against what it read before it is used again, and the
-  snapshot marks on it what its own changes invalidate.
+  writes, each entry checked against what it read before it is used again.
 - Within a cycle, the `Cycle`'s own fields (their comments say when each ends).
-- Within a cycle, a policy's `PolicyMemo` subclass (`Cycle.memo`, made by the policy on first
-  use: fair's `FairCycleMemo`, the rank policies' `RankCycleMemo`); across cycles, its
-  subclass on `SnapshotMemos.policy` (fair's `FairKept`).
+- A policy's `PolicyMemo` subclasses: within a cycle on `Cycle.memo` (fair's `FairCycleMemo`,
+  the rank policies' `RankCycleMemo`), across cycles on `SnapshotMemos.policy` (`FairKept`).
 
 Check mode: with CORRAL_CHECK_MEMOS=1 in the environment, every memoised answer is computed
 again from scratch where it is used, and a difference stops the run (an AssertionError naming
@@ -61,13 +59,12 @@ class PlanMemo:
     touched: set[int]
 
 
+@dataclass(slots=True)
 class SnapshotMemos:
     """What `decide` keeps on a snapshot from cycle to cycle."""
 
-    def __init__(self) -> None:
-        # The latest reservation plan: reused while reserve._same_plan holds (the same job,
-        # releases and what placement reads); the snapshot adds the nodes it changes to
-        # `plan.touched`. Made afresh while jobs are stopping.
-        self.plan: PlanMemo | None = None
-        # The policy's own, each entry checked against what it read before it is used.
-        self.policy: PolicyMemo | None = None
+    # The latest reservation plan, reused while reserve._same_plan holds; made afresh while
+    # jobs are stopping.
+    plan: PlanMemo | None = None
+    # The policy's own, each entry checked against what it read before it is used.
+    policy: PolicyMemo | None = None

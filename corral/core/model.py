@@ -81,9 +81,7 @@ class Running:
     def __init__(
         self, job: Job, nodes: tuple[int, ...], started_at: float, terminating: bool = False
     ) -> None:
-        self.job = job
-        self.nodes = nodes
-        self.started_at = started_at
+        self.job, self.nodes, self.started_at = job, nodes, started_at
         self.terminating = terminating
 
     def expected_end(self) -> float | None:
@@ -127,19 +125,14 @@ class Preempt:
 class Decision:
     starts: list[Start]
     preemptions: list[Preempt]
-    # Why each pending job waits (all of them from `decide`; see decide.run_cycle).
-    reasons: dict[str, Reason]
+    reasons: dict[str, Reason]  # why each pending job waits (all of them: decide.run_cycle)
     wake_at: float | None  # the decision may change at this time even with no event
 
     def __init__(self) -> None:
-        self.starts = []
-        self.preemptions = []
-        self.reasons = {}
+        self.starts, self.preemptions, self.reasons = [], [], {}
         self.wake_at = None
 
     def reason(self, job: Job) -> Reason:
         """Why the job waits; a job the decision does not know is waiting for the next one."""
-        found = self.reasons.get(job.id)
-        if found is not None:
-            return found
-        return Reason(ReasonCode.ORDER, "waiting for the next scheduling cycle")
+        waiting = Reason(ReasonCode.ORDER, "waiting for the next scheduling cycle")
+        return self.reasons.get(job.id, waiting)

@@ -1,9 +1,7 @@
-"""Walking a global queue without walking all of it.
-
-The snapshot keeps pending jobs grouped by shape (accelerator, per_worker, workers). Merging
-the shape queues by the policy's key gives the global order; a shape whose jobs can no longer
-start in this cycle is dropped whole. A cycle then costs what it admits plus one look per
-shape, not one per pending job: what lets the simulator replay a busy trace in seconds.
+"""Walking a global queue without walking all of it: merging the snapshot's per-shape queues
+by the policy's key gives the global order, and a shape whose jobs can no longer start in this
+cycle is dropped whole. A cycle then costs what it admits plus one look per shape, not one per
+pending job: what lets the simulator replay a busy trace in seconds.
 """
 
 from __future__ import annotations

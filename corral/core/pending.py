@@ -4,6 +4,7 @@ and user, with the counts a cycle reads instead of walking the queue."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from sortedcontainers import SortedKeyList
 
@@ -35,17 +36,16 @@ class PendingQueue:
         self.by_revisit = SortedKeyList(key=lambda job: (revisit_at(job), job.id))  # type: ignore[misc]
         # Counts are plain dicts, not Counters: mypyc compiles typed dict operations to direct
         # C calls. A count that reaches 0 is deleted, except in `bounded`.
-        # project -> (accelerator, demand) -> count: lets a cycle see at once whether any of a
-        # project's jobs could fit, without walking its queue.
+        # project -> shape -> count: could any of a project's jobs fit? (no walk of its queue)
         self.demand: dict[str, dict[Shape, int]] = {}
-        # project -> its shapes summed up (see `summary`), until a shape comes or goes.
-        self._summaries: dict[str, ShapeSummary] = {}
-        self._summary_all: ShapeSummary | None = None  # the same over all projects
+        # project (None: all of them) -> its shapes summed up (see `summary`), until a shape
+        # comes or goes.
+        self._summaries: dict[str | None, ShapeSummary] = {}
         self.bounded: dict[str, int] = {}  # project -> pending jobs with a max_runtime
         self.any_bounded = 0  # pending jobs with a max_runtime, over all projects
         self.priorities: dict[str, dict[int, int]] = {}  # project -> priority -> n
         self.priority_counts: dict[int, int] = {}  # priority -> n, over all projects
-        self.shapes: dict[Shape, int] = {}  # the same over all projects
+        self.shapes: dict[Shape, int] = {}  # shape -> n, over all projects
         self.fixed: dict[Shape, int] = {}  # non-preemptible jobs per shape
 
     def __len__(self) -> int:
@@ -54,34 +54,25 @@ class PendingQueue:
     def __contains__(self, job_id: str) -> bool:
         return job_id in self.jobs
 
-    def _sorted(self, jobs=()) -> SortedKeyList:
-        keys = self.keys
-        return SortedKeyList(jobs, key=lambda job: keys[job.id])
-
     @property
     def all(self) -> SortedKeyList:
         """Every pending job in key order."""
         if self._all is None:
-            self._all = self._sorted(self.jobs.values())
+            keys = self.keys
+            self._all = SortedKeyList(self.jobs.values(), key=lambda job: keys[job.id])
         return self._all
 
-    def summary(self, project: str) -> ShapeSummary:
-        """What a cycle asks of a project's pending shapes again and again, kept until the
-        project has a shape it had not, or has no job of one left (rare next to arrivals)."""
+    def summary(self, project: str | None = None) -> ShapeSummary:
+        """What a cycle asks of a project's pending shapes (None: of all projects) again and
+        again, kept until it has a shape it had not, or has no job of one left (rare next to
+        arrivals)."""
         found = self._summaries.get(project)
-        if found is None:
-            found = self._summaries[project] = ShapeSummary(self.demand.get(project, {}))
-        elif memos.CHECKING:
-            found.check("pending summary " + project, self.demand.get(project, {}))
+        if found is None or memos.CHECKING:  # (a project's shapes: looked up only then)
+            fresh = ShapeSummary(self.shapes if project is None else self.demand.get(project, {}))
+            if found is not None:
+                memos.same(f"pending summary {project}", found, fresh)
+            found = self._summaries[project] = fresh
         return found
-
-    def summary_all(self) -> ShapeSummary:
-        """`summary` over all projects: could any pending job fit at all?"""
-        if self._summary_all is None:
-            self._summary_all = ShapeSummary(self.shapes)
-        elif memos.CHECKING:
-            self._summary_all.check("pending summary", self.shapes)
-        return self._summary_all
 
     def add(self, job: Job) -> None:
         if job.id in self.jobs:
@@ -107,7 +98,7 @@ class PendingQueue:
         n = self.shapes.get(shape, 0)
         self.shapes[shape] = n + 1
         if n == 0:
-            self._summary_all = None
+            self._summaries.pop(None, None)
         if not job.preemptible:
             self.fixed[shape] = self.fixed.get(shape, 0) + 1
         if job.max_runtime is not None:
@@ -136,7 +127,7 @@ class PendingQueue:
             self.any_bounded -= 1
         decrement(self.shapes, job.shape)
         if job.shape not in self.shapes:
-            self._summary_all = None
+            self._summaries.pop(None, None)
         if not job.preemptible:
             decrement(self.fixed, job.shape)
         counts = self.demand[job.project]
@@ -154,21 +145,19 @@ class PendingQueue:
         return job
 
 
+@dataclass(slots=True, init=False)  # (compared field by field in check mode)
 class ShapeSummary:
     """A project's pending shapes, summed up: per type and worker size the fewest workers
     (could any job fit?), and per type the smallest demand (could any stay within a share?)."""
 
+    fewest_workers: dict[tuple[str, int], int]
+    least_demand: dict[str, int]
+
     def __init__(self, shapes: Iterable[Shape]) -> None:
-        self.fewest_workers: dict[tuple[str, int], int] = {}
-        self.least_demand: dict[str, int] = {}
+        self.fewest_workers = {}
+        self.least_demand = {}
         for accel, per_worker, workers in shapes:
             size = (accel, per_worker)
             self.fewest_workers[size] = min(workers, self.fewest_workers.get(size, workers))
             need = per_worker * workers
             self.least_demand[accel] = min(need, self.least_demand.get(accel, need))
-
-    def check(self, memo: str, shapes: Iterable[Shape]) -> None:
-        """Check mode: fail unless the summary is that of `shapes` (see memos.py)."""
-        fresh = ShapeSummary(shapes)
-        kept = (self.fewest_workers, self.least_demand)
-        memos.same(memo, kept, (fresh.fewest_workers, fresh.least_demand))

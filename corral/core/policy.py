@@ -3,10 +3,8 @@
 A policy decides four things (its decision methods): the order pending jobs are considered in
 (`queue_key` or `order`), which running jobs a blocked job may preempt (`victims`), whether a
 blocked job holds a reservation (`may_reserve`) and when the decision may change with no event
-(`wake_at`). Placement, backfill, reasons and the cycle itself are common (see decide.py).
-The shortcuts below them only let a driver skip cycles, and are safe by construction: see
-`Shortcuts`. Subclass `Policy` in one file to try an idea (docs/policies.md):
-`corral simulate --policy mymodule:MyPolicy`.
+(`wake_at`); the rest of the cycle is common (decide.py). The shortcuts only let a driver skip
+cycles, safely (`Shortcuts`). To try an idea, subclass `Policy` in one file (docs/policies.md).
 """
 
 from __future__ import annotations
@@ -32,11 +30,9 @@ class Policy:
     preemptive: ClassVar[bool] = False
 
     def __init__(self, config: SchedulerConfig | None = None):
-        self.config = config or SchedulerConfig()
-        self.spread = self.config.placement == "spread"
-        self.protection = Protection(
-            self.config.preempt_min_runtime, self.config.project_min_runtime
-        )
+        config = self.config = config or SchedulerConfig()
+        self.spread = config.placement == "spread"
+        self.protection = Protection(config.preempt_min_runtime, config.project_min_runtime)
         self.preempts = self.preemptive or not self.runs_own(Policy, "victims")
         # Whether a reservation not known to be due lends what it holds (reserve.borrows): only
         # where the victim search reclaims it for the reserved job.
@@ -66,9 +62,8 @@ class Policy:
         return False
 
     def wake_at(self, cycle: Cycle) -> float | None:
-        """A time at which the decision may change even if nothing happens (None: never).
-        When a running job comes of age to be a victim is added by the cycle itself
-        (`protection_ends`): a policy need not say it."""
+        """A time at which the decision may change even if nothing happens (None: never),
+        besides when a running job comes of age to be a victim (`protection_ends`)."""
         return None
 
     def protection_ends(self, cycle: Cycle) -> float | None:
@@ -90,8 +85,7 @@ class Policy:
         index = snap.running_by.get("protected")
         if index is None:
             return False
-        now = snap.now
-        return all(not entries or entries[-1][0] <= now for entries in index.by_type.values())
+        return all(not entries or entries[-1][0] <= snap.now for entries in index.by_type.values())
 
     # --- What the snapshot keeps for the policy -------------------------------------------------
 
@@ -114,9 +108,8 @@ class Policy:
 
     def running_keys(self) -> dict[str, RunningKey]:
         """Static keys by which the snapshot keeps running jobs sorted for this policy, by name
-        (`Snapshot.running_by`); a key may be None for jobs it leaves out. See Las, Srtf.
-        A preempting policy keeps the jobs that `may_be_victim` by the end of their protection
-        (what `protection_ends` and `all_of_age` read)."""
+        (`Snapshot.running_by`; None leaves a job out). A preempting policy keeps the jobs that
+        `may_be_victim` by the end of their protection (`protection_ends`, `all_of_age`)."""
         if not self.preempts:
             return {}
         until = self.protection.until
@@ -152,9 +145,8 @@ class Policy:
     def settled(self, cycle: Cycle) -> bool:
         """Once this cycle's decision is applied, would another cycle with no job new decide
         nothing? A driver skips the cycle of an arrival that cannot act only then (safe
-        answer: False). Surely when this one started nothing (it changed nothing); otherwise
-        the jobs it started may be victims, or change the order or the reservation the next
-        cycle plans."""
+        answer: False). Surely when this one started nothing: jobs it started may be victims,
+        or change the order or the reservation the next cycle plans."""
         return not cycle.started
 
     def may_precede(self, cycle: Cycle, job: Job, other: Job) -> bool:
@@ -219,10 +211,7 @@ def nothing_fits(snap: Snapshot) -> bool:
     (Then no job can start: a fit is the first thing a start needs.)"""
     if snap.terminating:
         return False
-    slots = snap.map.slots
-    for (accelerator, per_worker), workers in snap.pending.summary_all().fewest_workers.items():
-        counts = slots.get(accelerator)
-        found = None if counts is None else counts.get(per_worker)
-        if found is None or found >= workers:
+    for (accelerator, per_worker), workers in snap.pending.summary().fewest_workers.items():
+        if snap.map.slots_of(accelerator, per_worker) >= workers:  # (counted on submission)
             return False
     return True

@@ -12,10 +12,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from corral.core.cycle import Cycle
-from corral.core.fit import place, place_unless_failed
+from corral.core.fit import place
 from corral.core.model import Job, Running
 from corral.core.reserve import FREE_PREEMPTIONS, outlasts
-from corral.core.slots import SlotCounter
+from corral.core.slots import SlotCounter, release_until_placed
 from corral.core.snapshot import share_ratio, within
 
 # Stability (DESIGN.md §3.9). An attempt is safe from preemption for its project's
@@ -29,14 +29,13 @@ MAX_PROTECTION = 24 * 3600.0
 MAX_PREEMPTIONS = 10
 
 
+@dataclass(slots=True)
 class Protection:
     """How long each attempt is safe from preemption, from the [scheduler] default and the
     quota's per-project [project_preempt_min_runtime]."""
 
-    __slots__ = ("default", "per_project")
-
-    def __init__(self, default: float, per_project: dict[str, float]) -> None:
-        self.default, self.per_project = default, per_project
+    default: float
+    per_project: dict[str, float]
 
     def of(self, job: Job) -> float:
         if job.preemptions >= MAX_PREEMPTIONS:
@@ -70,30 +69,17 @@ class Preemption:
 
 
 def find_victims(cycle: Cycle, job: Job, candidates: Iterable[Running]) -> Preemption | None:
-    """The smallest prefix-then-pruned set of candidates whose release lets `job` fit.
-
-    Capacity held for a reservation stays held: preempting to land on it would be useless.
-    Nor does a job outlasting the reservation preempt one of the running jobs the reservation
-    waits for: it would take their place (DESIGN.md §3.6). What jobs already stopping will release,
-    and nobody was promised, counts as free.
-    """
+    """The smallest prefix-then-pruned set of candidates whose release lets `job` fit. Held
+    capacity stays held (landing on it would be useless), and a job outlasting the reservation
+    never preempts one it waits for: it would take their place (DESIGN.md §3.6). What stopping
+    jobs release, and nobody was promised, counts as free."""
     probe = cycle.probe(released=True)
     long = outlasts(probe, job)
     skip = awaited(probe, job)
     if skip:
         candidates = (run for run in candidates if run.job.id not in skip)
     chosen: list[Running] = []
-    nodes = None
-    # Worker slots are counted on the side; the candidates are put on the probe (and a
-    # placement tried) only once there could be enough of them.
-    counter = SlotCounter(probe, job, long)
-    for run in candidates:
-        chosen.append(run)
-        if counter.release(run):
-            counter.apply()
-            nodes = place(probe, job, long)
-            if nodes is not None:
-                break
+    nodes = release_until_placed(probe, job, long, candidates, chosen)
     if nodes is None:
         return None
     for run in reversed(chosen[:-1]):
@@ -146,9 +132,8 @@ def guarantees_kept(cycle: Cycle, job: Job, victims: list[Running]) -> bool:
 
 def could_free_room(cycle: Cycle, job: Job, runs: Iterable[Running]) -> bool:
     """Would freeing all of `runs` leave enough per_worker-sized blocks for the job, beside
-    capacity held for a reservation it outlasts (find_victims never lands on that)? A cheap
-    necessary condition (domains aside) to try before `find_victims`, whose walk costs a
-    probe step per candidate."""
+    capacity held for a reservation it outlasts? A cheap necessary condition to try before
+    `find_victims`, whose walk costs a probe step per candidate."""
     counter = free_room_counter(cycle, job)
     skip = awaited(cycle, job)
     if skip:
@@ -162,10 +147,3 @@ def free_room_counter(cycle: Cycle, job: Job) -> SlotCounter:
     return SlotCounter(
         cycle.after_release() if cycle.releasing else cycle, job, outlasts(cycle, job)
     )
-
-
-def place_after_release(cycle: Cycle, job: Job) -> tuple[int, ...] | None:
-    """Where the job would fit once the jobs already told to stop are gone, if anywhere."""
-    if not cycle.releasing:
-        return None
-    return place_unless_failed(cycle, job, False, on=cycle.after_release())

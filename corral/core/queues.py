@@ -19,11 +19,11 @@ K = TypeVar("K")
 
 class SortedQueue(Generic[T]):
     """Items in the order of the keys given with them (equal keys: first added first), read
-    like a list: iteration, `len`, `queue[i]`. Made for queues that items mostly join at the
-    end and leave at the front: two plain lists, keys and items, and the items that left the
-    front are counted off (`head`) rather than shifted out one by one, until they are half the
-    lists. Keys compare as tuples in C; a SortedKeyList would call a key function in Python.
-    Like a list, it must not change while it is iterated (drivers change it between cycles)."""
+    like a list (iteration, `len`), for queues that items mostly join at the end and leave at
+    the front: two plain lists, keys and items, whose left items are counted off (`head`) until
+    they are half the lists. Keys compare as tuples in C (a SortedKeyList would call a key
+    function in Python). It must not change while it is iterated (drivers change it between
+    cycles)."""
 
     SHIFT_ON_READ: ClassVar[int] = 2048  # at most this many items shifted to read a queue
 
@@ -64,14 +64,6 @@ class SortedQueue(Generic[T]):
     def __len__(self) -> int:
         return len(self.items) - self.head
 
-    def __getitem__(self, index: int) -> T:
-        size = len(self.items) - self.head
-        if index < 0:
-            index += size
-        if not 0 <= index < size:
-            raise IndexError("queue index out of range")
-        return self.items[self.head + index]
-
     def __iter__(self) -> Iterator[T]:
         # A list iterator is several times faster than a generator: shift out the items that
         # left when that is cheap (short queues, the most read), else skip them.
@@ -82,7 +74,6 @@ class SortedQueue(Generic[T]):
         return _from(self.items, self.head)
 
     def _shift(self) -> None:
-        """Drop the items that left the front."""
         del self.items[: self.head]
         del self.keys[: self.head]
         self.head = 0
@@ -105,9 +96,8 @@ def _from(items: list[T], start: int) -> Iterator[T]:
 
 class RunningByEnd:
     """Running jobs in the order a reservation expects their accelerators back: by declared
-    end (started_at + max_runtime), then the jobs with no max_runtime, oldest first, ties by
-    id. Starts usually come in time order, so those are kept in a plain dict (O(1) per start
-    and stop) until a start comes out of order; then they are kept sorted."""
+    end, then those with no max_runtime, oldest first, ties by id. Starts mostly come in time
+    order: those are kept in a plain dict (O(1)) until one comes out of order, then sorted."""
 
     def __init__(self) -> None:
         self.bounded = SortedKeyList(key=_end_key)
@@ -127,7 +117,9 @@ class RunningByEnd:
             self._sorted.add(run)
         elif run.started_at < self._latest:
             self.inserts += 1
-            self._sorted = SortedKeyList(self.unbounded.values(), key=_start_key)
+            self._sorted = SortedKeyList(
+                self.unbounded.values(), key=lambda run: (run.started_at, run.job.id)
+            )
             self._sorted.add(run)
             self.unbounded = {}
         else:
@@ -156,10 +148,6 @@ class RunningByEnd:
                 same = []
             same.append(run)
         yield from _by_id(same)
-
-
-def _start_key(run: Running) -> tuple:
-    return (run.started_at, run.job.id)
 
 
 def _by_id(runs: list[Running]) -> list[Running]:
@@ -220,7 +208,7 @@ def inner(outer: dict[K, dict], key: K) -> dict:
 
 
 def queue_in(queues: dict[K, SortedQueue], name: K) -> SortedQueue:
-    """The named queue, added empty if absent."""
+    """The named queue, added empty if absent (see `inner`)."""
     found = queues.get(name)
     if found is None:
         found = queues[name] = SortedQueue()

@@ -18,7 +18,8 @@ def capacity(cycle: Cycle, job: Job, long: bool = True) -> Reason:
         where = f" ({r.slices} slices of {r.workers}, each in one domain)"
     if r.exclusive:
         where = f" ({_plural(r.slices, 'empty domain')}, exclusive)"
-    largest = cycle.max_block(r.accelerator, long)
+    hist = cycle.histogram(r.accelerator, long)
+    largest = max([k for k in range(1, len(hist)) if hist[k]], default=0)
     return Reason(
         ReasonCode.CAPACITY,
         f"needs {_plural(r.gang, 'worker')} with {r.per_worker} free {r.accelerator} each{where};"
@@ -27,9 +28,14 @@ def capacity(cycle: Cycle, job: Job, long: bool = True) -> Reason:
     )
 
 
-def blocked(cycle: Cycle, job: Job, long: bool = True) -> Reason:
-    """A job that neither fits nor can preempt: beyond its share with too little idle to
-    borrow (quota), or enough free accelerators but not in the shape it needs (capacity)."""
+def blocked(cycle: Cycle, job: Job, long: bool) -> Reason:
+    """A job that neither fits nor can preempt: kept off capacity held for the reservation
+    (reserved), beyond its share with too little idle to borrow (quota), or with enough free
+    accelerators but not in the shape it needs (capacity)."""
+    res = cycle.reservation
+    if long and res is not None and cycle.may_fit(job, long=False):  # but for the reservation
+        holder = res.job
+        return Reason(ReasonCode.RESERVED, f"capacity held for job {holder.name} ({holder.id})")
     free = cycle.free_total(job.accelerator)
     if free >= job.demand or cycle.within_guarantee(job):
         return capacity(cycle, job, long)
@@ -46,10 +52,9 @@ def limit(cycle: Cycle, job: Job) -> Reason | None:
     """Hard caps that hold whatever the free capacity: project_limits, non-preemptible jobs."""
     if job.preemptible and not job.interactive and job.project not in cycle.snap.quota.limits:
         return None  # the common case, asked for every job a cycle looks at
-    if job.interactive:
-        capped = interactive_limit(cycle, job)
-        if capped is not None:
-            return capped
+    capped = interactive_limit(cycle, job) if job.interactive else None
+    if capped is not None:
+        return capped
     held = cycle.held(job.project, job.accelerator)
     cap = cycle.snap.limit_of(job.project, job.accelerator)
     if held + job.demand > cap:
@@ -88,10 +93,6 @@ def interactive_limit(cycle: Cycle, job: Job) -> Reason | None:
         f"project {job.project}'s interactive jobs hold {held} of their limit {cap}"
         f" {job.accelerator}; this job needs {job.demand} more",
     )
-
-
-def reserved(holder: Job) -> Reason:
-    return Reason(ReasonCode.RESERVED, f"capacity held for job {holder.name} ({holder.id})")
 
 
 def releasing(cycle: Cycle) -> Reason:

@@ -1,23 +1,23 @@
 """Reservations: where and when a blocked job will fit, so later jobs cannot starve it.
 
-Running jobs are released in the order they are expected to end (declared max_runtime; jobs
-with no limit last, oldest first) until the job fits. The nodes it would then take are held:
-a later job may use them only if it ends before the reservation is due (DESIGN.md §3.6), or,
-while that is unknown, if the reserved job can take them back (`borrows`).
+Running jobs are released in the order they are expected to end (`RunningByEnd`) until the
+job fits. The nodes it would then take are held: a later job may use them only if it ends
+before the reservation is due (DESIGN.md §3.6), or, while that is unknown, if the reserved job
+can take them back (`borrows`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from itertools import compress
 from operator import ne
 
 from corral.core import memos
-from corral.core.cycle import Cycle, Reservation
+from corral.core.cycle import Cycle, Reservation, freed_by
 from corral.core.fit import from_histogram, place
 from corral.core.memos import PlanMemo
 from corral.core.model import Job, Running
-from corral.core.slots import SlotCounter
+from corral.core.slots import release_until_placed
 
 FREE_PREEMPTIONS = 2  # preemptions of a job before its protection grows (preempt.Protection)
 
@@ -30,8 +30,7 @@ def plan_reservation(cycle: Cycle, job: Job) -> Reservation | None:
         waits = _waits_for(memo.releases, memo.nodes)
         kept = Reservation(job, memo.nodes, _due(cycle, memo.releases), memo.held, waits)
         if memos.CHECKING:
-            fresh = _plan(cycle, job, [])
-            memos.same("reservation plan", _plan_of(kept), _plan_of(fresh))
+            memos.same("reservation plan", plan_of(kept), plan_of(_plan(cycle, job, [])))
         return kept
     released: list[Running] = []
     reservation = _plan(cycle, job, released)
@@ -40,7 +39,8 @@ def plan_reservation(cycle: Cycle, job: Job) -> Reservation | None:
     return reservation
 
 
-def _plan_of(reservation: Reservation | None) -> tuple | None:
+def plan_of(reservation: Reservation | None) -> tuple | None:
+    """What a plan decides: where, what it holds, when."""
     if reservation is None:
         return None
     return (reservation.nodes, reservation.held, reservation.due)
@@ -49,9 +49,9 @@ def _plan_of(reservation: Reservation | None) -> tuple | None:
 def _plan(cycle: Cycle, job: Job, released: list[Running]) -> Reservation | None:
     """Plan from scratch; `released` gets the running jobs released."""
     probe = cycle.probe(released=True)  # what stopping jobs free is there by `now`
-    nodes = _place(probe, job)
-    if nodes is None:
-        nodes = _after_releases(cycle, probe, job, released)
+    nodes = place(probe, job, long=False) if probe.may_fit(job, long=False) else None
+    if nodes is None:  # release running jobs, soonest to end first, until it fits
+        nodes = release_until_placed(probe, job, False, _releases(cycle, job), released)
         if nodes is None:
             return None
     held = _held(cycle, probe, job, nodes)
@@ -69,28 +69,10 @@ def _due(cycle: Cycle, released: list[Running]) -> float | None:
     return released[-1].expected_end() if released else cycle.snap.now
 
 
-def _after_releases(
-    cycle: Cycle, probe: Cycle, job: Job, released: list[Running]
-) -> tuple[int, ...] | None:
-    """Release running jobs on the probe, soonest to end first, until the job fits: where it
-    goes (`released` gets the jobs released). Worker slots are counted on the side and the
-    releases put on the probe only once there could be enough of them."""
-    counter = SlotCounter(probe, job, long=False)
-    for run in _releases(cycle, job):
-        released.append(run)
-        if counter.release(run):
-            counter.apply()
-            nodes = _place(probe, job)
-            if nodes is not None:
-                return nodes
-    return None
-
-
 def _memo(cycle: Cycle, job: Job, reservation: Reservation, released: list[Running]) -> PlanMemo:
     after = list(cycle.free)
-    for run in released:
-        for i in run.nodes:
-            after[i] += run.job.per_worker
+    for i, amount in freed_by(released).items():
+        after[i] += amount
     return PlanMemo(
         job=job,
         spread=cycle.spread,
@@ -121,13 +103,17 @@ def _same_plan(cycle: Cycle, job: Job, memo: PlanMemo) -> bool:
         return memo.one_domain or memo.node_jobs == cycle.node_jobs
     if not memo.one_domain:
         return False
-    changed = list(memo.touched) if cycle.untouched() else _changed(free, was)
-    if not _no_room(changed, free, was, memo.after, job.per_worker):
+    changed = list(memo.touched) if cycle.pristine else _changed(free, was)
+    # Placed from a histogram, the plan reads only nodes with room for a worker, so a node
+    # whose free accelerators changed is no matter if it has no room for one after the
+    # releases, then or now (nor at any point of the walk: releases only add room).
+    after, per = memo.after, job.per_worker
+    if any(max(after[i], after[i] + free[i] - was[i]) >= per for i in changed):
         return False
     for i in changed:
         memo.after[i] += free[i] - was[i]
         was[i] = free[i]
-    memo.touched = set() if cycle.untouched() else _changed(free, cycle.snap.free)
+    memo.touched = set() if cycle.pristine else _changed(free, cycle.snap.free)
     return True
 
 
@@ -144,19 +130,6 @@ def _same_releases(cycle: Cycle, memo: PlanMemo) -> bool:
         return False
     running = cycle.snap.running
     return all(running.get(run.job.id) is run and not run.terminating for run in memo.releases)
-
-
-def _no_room(
-    changed: Iterable[int], free: list[int], was: list[int], after: list[int], per: int
-) -> bool:
-    """Placed from a histogram, the plan reads only nodes with room for a worker, so a node
-    whose free accelerators changed is no matter if it has no room for one after the releases,
-    then or now (nor at any point of the walk: releases only add room)."""
-    return all(max(after[i], after[i] + free[i] - was[i]) < per for i in changed)
-
-
-def _place(probe: Cycle, job: Job) -> tuple[int, ...] | None:
-    return place(probe, job, long=False) if probe.may_fit(job, long=False) else None
 
 
 def _releases(cycle: Cycle, job: Job) -> Iterator[Running]:
@@ -188,17 +161,19 @@ def _held(cycle: Cycle, probe: Cycle, job: Job, nodes: tuple[int, ...]) -> dict[
 def outlasts(cycle: Cycle, job: Job) -> bool:
     """Must the job keep off the capacity held for the cycle's reservation (`long`)?"""
     res = cycle.reservation
-    return (
-        res is not None and not is_short(job, res, cycle.snap.now) and not borrows(cycle, job, res)
-    )
+    if res is None:
+        return False
+    end, due = job.max_runtime, res.due  # a job ending before it is due may use it
+    if end is not None and due is not None and cycle.snap.now + end <= due:
+        return False
+    return not borrows(cycle, job, res)
 
 
 def borrows(cycle: Cycle, job: Job, res: Reservation) -> bool:
-    """May the job use what a reservation not known to be due holds (`lends`: the policy
-    preempts and the reserved job is within its guarantee)? If it is later, preemptible and of
-    a project holding its guarantee: the reserved job reclaims it once the jobs it waits for
-    are gone, so the capacity is not left idle until then. Not if its protection has grown:
-    the reserved job would wait for it past preempt_min_runtime."""
+    """May the job use what a reservation not known to be due holds (`lends`, see may_lend)?
+    If it is later, preemptible and of a project holding its guarantee: the reserved job
+    reclaims it once the jobs it waits for are gone, so the capacity is not idle until then.
+    Not if its protection has grown: the reserved job would wait past preempt_min_runtime."""
     return (
         job.preemptible
         and job.preemptions <= FREE_PREEMPTIONS
@@ -217,13 +192,4 @@ def may_lend(cycle: Cycle, res: Reservation) -> bool:
         res.due is None
         and cycle.within_guarantee(first)
         and any(running[i].started_at < first.submit_time for i in res.waits_for)
-    )
-
-
-def is_short(job: Job, reservation: Reservation, now: float) -> bool:
-    """A job that will end before the reservation is due may use held capacity."""
-    return (
-        reservation.due is not None
-        and job.max_runtime is not None
-        and now + job.max_runtime <= reservation.due
     )

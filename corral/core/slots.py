@@ -1,23 +1,38 @@
-"""Counting worker slots on the side: a what-if search (victims, reservations) releases
-running jobs on a copy of the free map first (`FreeMap.counter`) and changes its probe only
-once the job could fit."""
+"""Counting worker slots on the side, for a what-if search (victims, reservations)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from corral.core.cycle import Cycle
+from corral.core.fit import place
 from corral.core.model import Job, Running
 
 
-class SlotCounter:
-    """Free worker slots of a job's size on a cycle as running jobs are released on the side,
-    so a what-if search changes its probe (`apply`) only once the job could fit. With `long`,
-    capacity held for the reservation does not count.
+def release_until_placed(
+    probe: Cycle, job: Job, long: bool, runs: Iterable[Running], released: list[Running]
+) -> tuple[int, ...] | None:
+    """Release `runs` in turn on the probe until the job fits: where it goes (`released` gets
+    the runs released). Worker slots are counted on the side and the releases put on the
+    probe (and a placement tried) only once there could be enough of them."""
+    counter = SlotCounter(probe, job, long)
+    for run in runs:
+        released.append(run)
+        if counter.release(run):
+            counter.apply()
+            nodes = place(probe, job, long)
+            if nodes is not None:
+                return nodes
+    return None
 
-    Where a slice could be refused a domain (its workers need one with room for them all,
-    the job is exclusive, or a domain is closed by an exclusive job), the count is also kept
-    per domain, with which domains a slice may use, from the first time the total is enough:
-    then `enough` is what placement finds, not just a bound, and a search does not place
-    after every release."""
+
+class SlotCounter:
+    """Free worker slots of a job's size on a cycle as running jobs are released on the side
+    (on a `FreeMap.counter` copy), so a what-if search changes its probe (`apply`) only once
+    the job could fit. With `long`, capacity held for the reservation does not count. Where a
+    slice could be refused a domain (below), the count is also kept per domain (`DomainSlots`)
+    from the first time the total is enough: then `enough` is what placement finds, not just
+    a bound, and a search does not place after every release."""
 
     def __init__(self, cycle: Cycle, job: Job, long: bool):
         self.cycle, self.job = cycle, job
@@ -26,8 +41,8 @@ class SlotCounter:
         self.map = cycle.long_map(long).counter(job.accelerator, self.per)
         self.slots = self.map.slots[job.accelerator]  # per_worker -> worker slots
         self.batch: list[Running] = []  # the runs counted since the last `apply`
-        # One worker a slice, not exclusive, every domain open: any slot takes a slice, so
-        # the total says it all.
+        # A slice may be refused a domain if its workers need one with room for them all, the
+        # job is exclusive or a domain is closed by an exclusive job; else the total says all.
         r = job.resources
         typed = cycle.snap.cluster.typed_domains.get(job.accelerator, {})
         closed = bool(cycle.exclusive) and any(d in cycle.exclusive for d in typed)
@@ -42,7 +57,7 @@ class SlotCounter:
             return True
         if self.domains is None:
             self.domains = DomainSlots(self)
-        return self.domains.enough()
+        return self.domains.fits >= self.domains.slices
 
     def release(self, run: Running) -> bool:
         """Count a run's accelerators as free; True when the job could fit (`enough`)."""
@@ -84,10 +99,9 @@ class SlotCounter:
 
 class DomainSlots:
     """A SlotCounter's count per domain, as of its releases so far: worker slots, what keeps
-    a slice off the domain (closed by an exclusive job; for an exclusive job, also each
-    worker on its nodes) and `fits`, how many of the job's slices the usable domains hold
-    (an exclusive job's slices each need a domain of their own; others may share one, a slot
-    per worker)."""
+    a slice off the domain (closed by an exclusive job; for an exclusive job, also each worker
+    on its nodes) and `fits`, how many of the job's slices the usable domains hold (an
+    exclusive job's slices each need a domain of their own; others share, a slot a worker)."""
 
     def __init__(self, counter: SlotCounter):
         cycle, job = counter.cycle, counter.job
@@ -105,10 +119,7 @@ class DomainSlots:
         self.fits = 0
         for d, nodes in cluster.typed_domains.get(job.accelerator, {}).items():
             k = number[nodes[0]]
-            slots = 0
-            for i in nodes:
-                slots += avail(i) // per
-            self.slots[k] = slots
+            slots = self.slots[k] = sum([avail(i) // per for i in nodes])
             if self.blocked is not None:
                 self.blocked[k] = int(d in cycle.exclusive)
                 if self.exclusive:
@@ -117,9 +128,6 @@ class DomainSlots:
         if self.blocked is not None:
             for run in counter.batch:  # released, not applied yet
                 self.release(run)
-
-    def enough(self) -> bool:
-        return self.fits >= self.slices
 
     def _holds(self, k: int, slots: int) -> int:
         """Slices the domain holds with `slots` free slots."""
@@ -163,6 +171,4 @@ class DomainSlots:
     def open_all(self) -> None:
         """Count every domain as usable from now on (what may open them is not known)."""
         self.blocked = None
-        self.fits = 0
-        for k in range(len(self.slots)):
-            self.fits += self._holds(k, self.slots[k])
+        self.fits = sum([self._holds(k, slots) for k, slots in enumerate(self.slots)])

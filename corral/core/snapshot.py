@@ -89,9 +89,8 @@ class Cluster:
 
 
 def within(held: float, amount: float, guarantee: float) -> bool:
-    """Would `amount` more than `held` stay within `guarantee`? (Guarantees are fractions
-    of the pool: a little slack keeps a sum of shares from rounding below a whole job.) The
-    one comparison with a guarantee: every rule asks it."""
+    """Would `amount` more than `held` stay within `guarantee`? The one comparison with a
+    guarantee (a little slack keeps a sum of shares from rounding below a whole job)."""
     return held + amount <= guarantee + 1e-9
 
 
@@ -128,29 +127,25 @@ class Snapshot:
         self.cluster = Cluster.build(nodes)
         self.quota = quota
         self.now = 0.0
-        n = len(self.cluster.nodes)
         # What is free where, with its worker-slot counts for every size a pending job has
         # asked for: a cycle starts with them instead of counting them again.
         self.map = FreeMap.empty(self.cluster)
         self.free = self.map.free  # (the map's own list, read often)
-        self.node_jobs: list[int] = [0] * n  # running workers on each node
+        self.node_jobs: list[int] = [0] * len(self.cluster.nodes)  # running workers per node
         self.terminating: dict[str, Running] = {}
         # Pending jobs that preempted others and have not started yet: each keeps first pick of
         # what its victims free (decide._keep_room), until it starts or leaves the queue.
         self.preemptors: set[str] = set()
         self.exclusive_domains: dict[str, str] = {}  # domain -> job id holding it alone
         self.running: dict[str, Running] = {}
-        # The preemptible running jobs: accelerator -> project -> in victim order (lowest
-        # priority, then most recently started, first), candidates without sorting per cycle;
-        # accelerator -> project -> demand -> how many (the smallest victim); project ->
-        # priority -> how many (can a pending job outrank one?), and priority -> how many.
-        # (A project's dict stays when it empties: readers take {} and absent alike.)
+        # The preemptible running jobs: accelerator -> project -> in victim order (candidates
+        # without sorting per cycle); accelerator -> project -> demand -> how many (the
+        # smallest victim); project -> priority -> how many (can a pending job outrank one?),
+        # and priority -> how many. (A project's dict stays when it empties.)
         self.preemptible: dict[str, dict[str, SortedQueue[Running]]] = {}
         self.preemptible_sizes: dict[str, dict[str, dict[int, int]]] = {}
         self.running_priorities: dict[str, dict[int, int]] = {}
         self.running_priority_counts: dict[int, int] = {}
-        # Running jobs by when they will end at the latest (declared max_runtime), unknown ends
-        # last and oldest first: the order in which a reservation expects capacity back.
         self.running_by_end = RunningByEnd()
         # The policy's own indexes of running jobs, by name (see RunningIndex).
         self.running_by = {name: RunningIndex(key) for name, key in (running_keys or {}).items()}
@@ -165,8 +160,6 @@ class Snapshot:
         self.recent: dict[str, tuple[float, float]] = {}
         self.set_quota(quota)
         self.memos = SnapshotMemos()  # the only part `decide` writes (see memos.py)
-
-    # -- quota -------------------------------------------------------------------------------
 
     def set_quota(self, quota: Quota) -> None:
         self.quota = quota
@@ -186,8 +179,6 @@ class Snapshot:
 
     def limit_of(self, project: str, accelerator: str) -> float:
         return self.quota.limits.get(project, NONE).get(accelerator, INF)
-
-    # -- changes, called by drivers ----------------------------------------------------------
 
     def set_time(self, now: float) -> None:
         self.now = now
@@ -213,8 +204,7 @@ class Snapshot:
         for i in where:
             if free[i] < per:
                 raise ValueError(f"node {self.cluster.nodes[i].name} lacks {per} free")
-        self.pending.remove(job_id)
-        self.preemptors.discard(job_id)
+        self.withdraw(job_id)
         for i in where:
             self._change_free(i, -per)
             self.node_jobs[i] += 1
@@ -297,8 +287,6 @@ class Snapshot:
         plan = self.memos.plan
         if plan is not None:
             plan.touched.add(node)
-
-    # -- reads -------------------------------------------------------------------------------
 
     def projects_with_room(self) -> set[str]:
         """Projects with a pending job that would keep them within their guarantee of its

@@ -19,12 +19,9 @@ def load_policy(config: SchedulerConfig | None = None) -> Policy:
     config = config or SchedulerConfig()
     if config.placement not in PLACEMENTS:
         raise FormatError(f"scheduler.placement: {config.placement!r} is not one of pack, spread")
-    return policy_class(config.policy)(config)
-
-
-def policy_class(name: str) -> type[Policy]:
+    name = config.policy
     if name in BUILTIN:
-        return BUILTIN[name]
+        return BUILTIN[name](config)
     if ":" not in name:
         known = ", ".join(sorted(BUILTIN))
         raise FormatError(
@@ -39,4 +36,4 @@ def policy_class(name: str) -> type[Policy]:
         raise FormatError(
             f"scheduler.policy: {name!r} is not a subclass of corral.core.policy.Policy"
         )
-    return cls
+    return cls(config)

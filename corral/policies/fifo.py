@@ -15,7 +15,7 @@ from corral.core.cycle import Cycle
 from corral.core.model import Job
 from corral.core.order import queue_then_backfill
 from corral.core.policy import Policy
-from corral.core.reserve import plan_reservation
+from corral.core.reserve import plan_of, plan_reservation
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -42,11 +42,7 @@ class Fifo(Policy):
         if not cycle.started or res is None:  # none planned yet: it will be on the end state
             return True
         again = plan_reservation(Cycle(cycle.snap, spread=self.spread), res.job)
-        return again is not None and (again.nodes, again.held, again.due) == (
-            res.nodes,
-            res.held,
-            res.due,
-        )
+        return plan_of(again) == plan_of(res)
 
     def may_precede(self, cycle: Cycle, job: Job, other: Job) -> bool:
         # The queue comes first, and `other`, blocked, ends it: later jobs only backfill.

@@ -35,9 +35,8 @@ run_of = itemgetter(2)  # the run of an Entry
 
 class Keep:
     """Which indexed (so preemptible) running jobs may be victims in a cycle: not stopping,
-    past their protection, and not among `taken` (the victims already chosen, or none).
-    `every`: no job is stopping, protected or taken, so all are (a caller may skip asking).
-    The end of a job's protection is read from the `protected` index (`ends`), if kept."""
+    past their protection (read from the `protected` index, `ends`, if kept) and not `taken`.
+    `every`: no job is stopping, protected or taken, so all are (a caller may skip asking)."""
 
     def __init__(
         self,
@@ -113,7 +112,7 @@ class RankPolicy(Policy):
                             walk.sleep(shape)
                         continue
                 elif self._beyond_victims(cycle, self.pending_rank(cycle, job), shape, failed):
-                    walk.drop(shape)
+                    walk.dead.add(shape)
                     continue
             yield job
 
@@ -125,10 +124,9 @@ class RankPolicy(Policy):
 
     def _hopeless(self, cycle: Cycle, job: Job, shape: Shape, failed: dict, hopeless: dict) -> bool:
         """While jobs are stopping, may a job that does not fit now be passed over: within its
-        limits, it fits neither once they are gone nor by preempting? Considering it would
-        only record its failed victim search, done here. (Rank policies hold no
-        reservations.) The answer holds for the shape's later jobs until more jobs stop
-        (`hopeless`: shape -> stopping jobs then, rank), but limits are per job."""
+        limits, it fits neither once they are gone nor by preempting (its failed search is
+        recorded here)? It holds for the shape's later jobs until more jobs stop (`hopeless`:
+        shape -> stopping jobs then, rank), but limits are per job."""
         if reasons.limit(cycle, job) is not None:  # considering it records the reason
             return False
         rank = self.pending_rank(cycle, job)
@@ -156,8 +154,7 @@ class RankPolicy(Policy):
         return shape in snap.pending.fixed
 
     def _worst(self, cycle: Cycle) -> float | None:
-        """The worst rank of a running job that may be a victim (victims taken included),
-        once per cycle."""
+        """The worst rank of a running job that may be a victim (victims taken included)."""
         memo = cycle.policy_memo(RankCycleMemo)
         if not memo.worst_known:
             memo.worst, memo.worst_known = self.worst_indexed(cycle, self._candidate(cycle)), True
@@ -244,9 +241,8 @@ class RankCycleMemo(PolicyMemo):
         # Per shape, the best rank whose victim search failed (or would, see _hopeless): it
         # fails again for the rest of the cycle at any rank no better (capacity only shrinks).
         self.failed: dict[Shape, float] = {}
-        # The worst rank of a candidate victim when the cycle began (`_worst`): fixed once
-        # known. And once its decision is applied (`may_preempt_for`, asked after the cycle,
-        # first at `after_at`): kept until the next cycle.
+        # The worst rank of a candidate victim when the cycle began (`_worst`), and once its
+        # decision is applied (`may_preempt_for`, first asked at `after_at`): both kept.
         self.worst: float | None = None
         self.worst_known = False
         self.after: float | None = None
@@ -255,17 +251,16 @@ class RankCycleMemo(PolicyMemo):
 
 
 class _Walk:
-    """Pending jobs in the policy's order, as (shape, job): the per-shape queues (sorted by the
-    queue key) merged, with the moved jobs at their own keys. A shape can be dropped for the
-    rest of the cycle, or put to sleep until more running jobs are told to stop: then its
-    queue goes on after the job being considered."""
+    """Pending jobs in the policy's order, as (shape, job): the per-shape queues merged, with
+    the moved jobs at their own keys. A shape can be dropped for the rest of the cycle, or put
+    to sleep until more running jobs stop: then its queue goes on after the last job yielded."""
 
     def __init__(self, cycle: Cycle, moved: dict[str, tuple[tuple, Job]]):
         self.cycle = cycle
         self.queues = cycle.snap.pending.by_shape
         self.keys = cycle.snap.pending.keys  # the queue keys, computed once per job
         self.moved = moved
-        self.dead: set[Shape] = set()
+        self.dead: set[Shape] = set()  # dropped
         self.asleep: dict[Shape, bool] = {}  # shape -> its queue is out of the heap
         self.releasing = len(cycle.releasing)
         self.rest: dict[Shape, Iterator[Job]] = {}  # what is left of each shape's queue
@@ -284,9 +279,6 @@ class _Walk:
             if job.id not in self.moved:
                 heappush(self.heap, (self.keys[job.id], shape, True, job))
                 return
-
-    def drop(self, shape: Shape) -> None:
-        self.dead.add(shape)
 
     def sleep(self, shape: Shape) -> None:
         if not self.asleep:  # counted from here on
