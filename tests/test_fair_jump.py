@@ -46,8 +46,9 @@ class Counting(Recording):
 class JobByJob(Recording):
     """fair with the jumps turned off: the walk pops every job."""
 
-    def queue_key_is_default(self) -> bool:
-        return False
+    def __init__(self) -> None:
+        super().__init__()
+        self.jumps = False
 
 
 def deep_queues(seed: int) -> dict:
@@ -106,6 +107,6 @@ def test_a_subclass_with_its_own_queue_key_is_walked_job_by_job():
             return (-job.submit_time, job.name)
 
     policy = Newest()
-    assert not policy.queue_key_is_default()
+    assert not policy.jumps
     simulate(load(deep_queues(0)), policy)
     assert policy.looked == 0

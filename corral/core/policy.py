@@ -115,10 +115,6 @@ class Policy:
         until = self.protection.until
         return {"protected": lambda run: until(run) if may_be_victim(run.job) else None}
 
-    def queue_key_is_default(self) -> bool:
-        """Does the queue keep `default_queue_key` order? (A subclass may say no.)"""
-        return self.runs_own(Policy, "queue_key")
-
     def runs_own(self, kind: type, method: str) -> bool:
         """Does this policy run `kind`'s own `method` (no subclass below `kind` overrides it)?
         A walk that skips jobs by what `kind`'s victim search would do asks it first."""

@@ -20,7 +20,7 @@ from typing import ClassVar
 from mypy_extensions import mypyc_attr
 
 from corral.core import memos
-from corral.core.cycle import Cycle
+from corral.core.cycle import Cycle, freed_by
 from corral.core.model import Job, Running
 from corral.core.policy import Policy, nothing_fits
 from corral.core.preempt import (
@@ -43,7 +43,6 @@ from corral.policies.fair_memos import (
     _kept,
     _note_unfreed,
     _reclaim_failed,
-    freed_by,
     reclaim_key,
 )
 from corral.policies.fair_walk import ACT, PASS, STOP, _Answers, _ProjectQueue, _UserQueue, queue_of
@@ -68,7 +67,7 @@ class Fair(Policy):
         # Whether the walk may ask may_reserve once per project and size (a subclass's own is
         # asked per job), and jump over a user's jobs (see queue_of): asked once, not per queue.
         self.own_reserve = self.runs_own(Fair, "may_reserve")
-        self.jumps = self.queue_key_is_default()
+        self.jumps = self.runs_own(Policy, "queue_key")
         # A reservation lends what it holds (reserve.borrows) where the reserved job takes it
         # back by reclaim, and soon: a borrower is safe for its preempt_min_runtime.
         wait = max([self.config.preempt_min_runtime, *self.config.project_min_runtime.values()])

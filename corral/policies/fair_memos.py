@@ -36,16 +36,6 @@ class _Giver:
         self.released = None
 
 
-def freed_by(runs: list[Running]) -> dict[int, int]:
-    """Per node, the accelerators the runs free."""
-    amounts: dict[int, int] = {}
-    for run in runs:
-        per = run.job.per_worker
-        for i in run.nodes:
-            amounts[i] = amounts.get(i, 0) + per
-    return amounts
-
-
 def _found_short(cycle: Cycle, size: tuple[str, int, bool], workers: int) -> bool:
     """Did a reclaim for no more workers of this size find too little room (see _unfreed)?"""
     return cycle.policy_memo(FairCycleMemo).now(cycle).unfreed.get(size, workers + 1) <= workers
