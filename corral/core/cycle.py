@@ -71,8 +71,7 @@ class Cycle:
         self.soon: dict[int, int] = {}
         self.promised: dict[int, int] = {}
         self._after: Cycle | None = None  # the free map once they are gone (lazy)
-        # The blocked job the reservation is for (rule 6), and the reservation.
-        self.reserver: Job | None = None if base is None else base.reserver
+        self.reserver: Job | None = None if base is None else base.reserver  # (rule 6)
         self.reservation: Reservation | None = None if base is None else base.reservation
         self.decision = Decision()  # (a probe only places: nothing reads its own)
         # What a job outlasting the reservation may take (`long_map`), kept by `_take` from

@@ -137,9 +137,8 @@ def _fit(cycle: Cycle, job: Job) -> tuple[int, ...] | None:
 
 
 def _explain_the_rest(cycle: Cycle, given: dict[str, Reason]) -> None:
-    """The reason of each pending job the cycle gave none (blocked, or not examined because
-    nothing could change for it), from the cycle's final state: computed once per kind of
-    job, since it reads only the job's project and resources, its limits and its length."""
+    """The reason of each pending job the cycle gave none (blocked, or not examined), from the
+    cycle's final state: once per kind of job (its project, resources, limits and length)."""
     kinds: dict[tuple, Reason] = {}
     for job in cycle.snap.pending.jobs.values():
         if job.id in given:

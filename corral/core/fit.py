@@ -45,9 +45,8 @@ def place_unless_failed(
     cycle: Cycle, job: Job, long: bool, on: Cycle | None = None
 ) -> tuple[int, ...] | None:
     """`place` on `on` (by default the cycle itself, else its `after_release` map), unless a
-    job of the same resources failed to place there since the cycle last changed: where
-    placement fails though enough slots are free (split across domains, no empty domain for
-    an exclusive job), the jobs of the same kind behind it would fail again."""
+    job of the same resources failed to place there since the cycle last changed: where slots
+    are enough but placement fails (domains), the jobs of that kind behind it fail again."""
     r = job.resources  # what placement reads of the job (a tuple: hashed in C), and where
     key = (job.shape, r.workers, r.exclusive, long, on is not None)
     failed = cycle.unplaced if cycle.unplaced_at == cycle.changes else None

@@ -19,9 +19,8 @@ Entry = tuple[tuple, Shape, Job, Iterator[Job]]  # a shape queue's next job, by 
 
 def queue_then_backfill(cycle: Cycle) -> Iterator[Job]:
     """Pending jobs in queue-key order up to the first one that does not start; after it,
-    only jobs of shapes that may still fit (backfill). Whether a shape may fit changes only
-    with the cycle (`Cycle.changes`), and only from yes to no, so the shapes are looked at
-    again only after a change, and a shape dropped never comes back."""
+    only jobs of shapes that may still fit (backfill). That changes only with the cycle
+    (`Cycle.changes`), from yes to no: shapes are looked at again only after a change."""
     pending = cycle.snap.pending
     keys = pending.keys
     heap: list[Entry] = []

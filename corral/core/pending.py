@@ -18,8 +18,7 @@ Shape = tuple[str, int, int]  # (accelerator, per_worker, gang)
 
 class PendingQueue:
     """Pending jobs kept sorted by the policy's static key: per shape, and per project and
-    user; overall (`all`: a SortedKeyList, which calls the key in Python) from the first time
-    a policy asks for it, so that a driver whose policy does not read it does not pay for it."""
+    user; overall (`all`: a SortedKeyList, slower) only once a policy asks for it."""
 
     def __init__(self, key: QueueKey, revisit_at: Callable[[Job], float | None] | None = None):
         self.key = key

@@ -173,16 +173,14 @@ def next_keys(index: RunningIndex, cycle: Cycle) -> list[float]:
 
 
 def may_be_victim(job: Job) -> bool:
-    """Preemptible, and not preempted so often that it never is again (MAX_PREEMPTIONS): the
-    running jobs a preempting policy's indexes keep. (A capped job kept in them would be
-    protected for ever, and `all_of_age` false while it runs.)"""
+    """Preemptible, and below MAX_PREEMPTIONS: the running jobs a preempting policy's indexes
+    keep. (A capped job kept would be protected for ever, `all_of_age` false while it runs.)"""
     return job.preemptible and job.preemptions < MAX_PREEMPTIONS
 
 
 class Shortcuts:
-    """Which of a policy class's shortcuts a driver may use: a shortcut is trusted unless a
-    decision method it assumes (`Policy.ASSUMES` of the class that defines it) is overridden
-    below that class. Else the driver takes its safe answer: it runs the cycle."""
+    """Which of a policy class's shortcuts a driver may use (else it runs the cycle): each is
+    trusted unless a decision method it assumes (`ASSUMES`) is overridden below its class."""
 
     def __init__(self, kind: type[Policy]) -> None:
         self.idle = _trusted(kind, "idle")

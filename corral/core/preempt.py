@@ -104,10 +104,9 @@ _NONE: set[str] = set()
 
 
 def guarantees_kept(cycle: Cycle, job: Job, victims: list[Running]) -> bool:
-    """Does each victim project keep its guarantee, or fall below it by less than one of
-    its victims while the preemptor's project stays further below its own (their
-    usage/guarantee ratios after the swap), so that neither can take it back (DESIGN.md
-    §3.7)? For any policy that takes capacity from other projects."""
+    """Does each victim project keep its guarantee, or fall below it by less than one of its
+    victims while the preemptor's project stays further below its own (usage/guarantee after
+    the swap), so that neither can take it back (DESIGN.md §3.7)?"""
     accel, snap = job.accelerator, cycle.snap
     freed: dict[str, int] = {}
     smallest: dict[str, int] = {}

@@ -13,8 +13,7 @@ def release_until_placed(
     probe: Cycle, job: Job, long: bool, runs: Iterable[Running], released: list[Running]
 ) -> tuple[int, ...] | None:
     """Release `runs` in turn on the probe until the job fits: where it goes (`released` gets
-    the runs released). Worker slots are counted on the side and the releases put on the
-    probe (and a placement tried) only once there could be enough of them."""
+    them). The releases are counted on the side, put on the probe only once it could fit."""
     counter = SlotCounter(probe, job, long)
     for run in runs:
         released.append(run)

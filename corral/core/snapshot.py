@@ -104,8 +104,7 @@ def share_ratio(held: float, guarantee: float) -> float:
 def decayed(usage: float, held: float, elapsed: float, half_life: float) -> float:
     """Accelerator-seconds of use, each second weighed down by half per `half_life` since
     (Slurm's PriorityDecayHalfLife): `usage` as it was, `elapsed` seconds later, `held`
-    accelerators having run all that time. The one rule for recent usage: the simulator's
-    snapshot and the control plane's rebuild from its store both apply it."""
+    accelerators having run all that time. The simulator and the control plane both use it."""
     if half_life <= 0:
         return 0.0
     kept = 0.5 ** (elapsed / half_life)
