@@ -62,7 +62,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--policy", action="append", help="a --policy value; repeat for several")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--against", type=Path, help="a folder holding another corral package")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.trace = args.trace.resolve()  # (the command runs in a temporary folder)
+    return args
 
 
 def compare(args: argparse.Namespace) -> int:
@@ -100,7 +102,10 @@ def run_once(
             env["PYTHONPATH"] = os.pathsep.join(
                 filter(None, [str(pythonpath), env.get("PYTHONPATH")])
             )
-        subprocess.run([*cmd, "--out", str(out)], check=True, stdout=subprocess.DEVNULL, env=env)
+        # Run from the temporary folder: `python -c` puts the working directory first on
+        # sys.path, before PYTHONPATH, so from a checkout's root both sides would run it.
+        run = [*cmd, "--out", str(out)]
+        subprocess.run(run, check=True, stdout=subprocess.DEVNULL, env=env, cwd=tmp)
         wall = time.perf_counter() - began
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
