@@ -363,21 +363,21 @@ class Fair(Policy):
         (`wide`: any eligible job, see _take_back). (Each project's share is its own: this
         merges what `_given` takes of each.)"""
         pools: dict[str, Iterator[Running]] = {}
-        held: dict[str, float] = {}
-        guarantee: dict[str, float] = {}
+        keys: dict[str, tuple[float, str, float, float]] = {}  # (ratio, name, held, guarantee)
         for giver in _givers(cycle, job.accelerator):
             project = giver.project
             if project != job.project:
                 given = self._all_given(cycle, giver, alone) if wide else self._given(cycle, giver)
-                pools[project] = iter(given)
-                held[project], guarantee[project] = giver.held, giver.guarantee
-        while pools:
-            project = max(pools, key=lambda p: (share_ratio(held[p], guarantee[p]), p))
+                pools[project], held, guarantee = iter(given), giver.held, giver.guarantee
+                keys[project] = (share_ratio(held, guarantee), project, held, guarantee)
+        while keys:  # the largest ratio (then name) gives next
+            _, project, held, guarantee = max(keys.values())
             run = next(pools[project], None)
             if run is None:
-                del pools[project]
+                del keys[project]
             else:
-                held[project] -= run.job.demand
+                held -= run.job.demand
+                keys[project] = (share_ratio(held, guarantee), project, held, guarantee)
                 yield run
 
     def _may_free(self, cycle: Cycle, job: Job, wide: bool = False) -> bool:
@@ -414,8 +414,8 @@ class Fair(Policy):
     def _all_given(self, cycle: Cycle, giver: _Giver, alone: bool) -> Iterator[Running]:
         """Its eligible jobs; `alone`: only those it could give up alone, keeping its guarantee."""
         room = giver.held - giver.guarantee if alone else INF
-        runs = (run for run in giver.runs if run.job.demand <= room + 1e-9)
-        return (run for run in runs if eligible(cycle, run, self.protection))
+        runs, protection = giver.runs, self.protection
+        return (r for r in runs if r.job.demand <= room + 1e-9 and eligible(cycle, r, protection))
 
     def _given(self, cycle: Cycle, giver: _Giver) -> list[Running]:
         """The jobs a project would give up, none taking it below its guarantee."""
