@@ -6,8 +6,9 @@
 TRACE defaults to shared/traces/philly/philly.csv next to the repository. The cluster is
 64 nodes x 8 V100, the quota shares are derived from each team's demand (GPU-seconds).
 
-Per policy it prints the jobs, engine wall time (loading and metrics excluded), simulated
-jobs/s, scheduling cycles and preemptions, and four sanity checks:
+Per policy it prints the jobs, engine wall and CPU time (loading and metrics excluded: compare
+two builds by CPU time on a loaded machine, running them alternately), simulated jobs/s,
+scheduling cycles and preemptions, and four sanity checks:
 - every job finished;
 - mean JCT >= mean duration (no job finishes faster than it runs);
 - utilisation <= 1;
@@ -86,7 +87,7 @@ def report(run: PolicyRun, workload: Workload, penalty: float) -> bool:
     needed = sum(r.duration for r in finished) + penalty * sum(r.preemptions for r in finished)
     diff = ran - needed
     print(f"   jobs             {s['jobs']}")
-    print(f"   sim wall         {run.wall_s:.2f} s")
+    print(f"   sim wall         {run.wall_s:.2f} s (CPU {run.cpu_s:.2f} s)")
     print(f"   simulated jobs/s {_num(s['sim_jobs_per_s'], ',.0f')}")
     print(f"   cycles           {s['cycles']}")
     print(f"   preemptions      {s['preemptions']}")

@@ -95,6 +95,7 @@ class PolicyRun:
     result: SimResult
     summary: dict[str, Any]
     wall_s: float  # seconds the engine ran, without loading or metrics
+    cpu_s: float  # its CPU time: what to compare on a loaded machine
     analysis: Analysis  # job table and time series (the summary is analysis.summary)
 
 
@@ -295,9 +296,9 @@ def simulate(
     sim_end_time, sim_wall_s and sim_jobs_per_s (jobs per second of engine time)."""
     policy = load_policy(config)
     sim = Simulator(workload.nodes, workload.quota, workload.jobs, policy, options)
-    began = time.perf_counter()
+    began, began_cpu = time.perf_counter(), time.process_time()
     result = sim.run(progress=progress)
-    wall = time.perf_counter() - began
+    wall, cpu = time.perf_counter() - began, time.process_time() - began_cpu
     if replayed is not None:
         replayed(result)
     analysis = analyse(
@@ -316,7 +317,7 @@ def simulate(
         "sim_wall_s": wall,
         "sim_jobs_per_s": len(workload.jobs) / wall if wall > 0 else None,
     }
-    return PolicyRun(config.policy, result, analysis.summary, wall, analysis)
+    return PolicyRun(config.policy, result, analysis.summary, wall, cpu, analysis)
 
 
 # A bar per run, or None: given the policy's name, a context that yields the engine's progress
