@@ -112,11 +112,17 @@ def reap_children() -> list[tuple[int, int]]:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     work, actor = Path(args[0]), int(args[1])
+    written, written_end = os.pipe()
     child = os.fork()
     if child:
         # The actor's child exits at once; the host lives on, out of Ray's reach.
         write_json_atomic(work / "host.json", ProcessRef.of(child).to_dict())
         return 0
+    # The host acts only once host.json is there (EOF: its parent has exited): a worker it
+    # started before would be polled as one whose host is gone.
+    os.close(written_end)
+    os.read(written, 1)
+    os.close(written)
     os.setsid()
     order = os.dup(0)  # the actor's order pipe, kept off the worker's fds (dup is CLOEXEC)
     # Our stdout is the actor's; nothing more may go there, or the actor would block.

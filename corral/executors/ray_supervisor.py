@@ -190,7 +190,7 @@ class RayGang(Gang):
             try:
                 code, alive, chunk = ray.get(ref)
             except ray.exceptions.RayError as err:  # the actor died, or is not ours any more
-                self.actor_died(i, err)
+                self.worker_lost(i, f"actor died: {type(err).__name__}")
                 continue
             if chunk:
                 with open(self.run.worker_log(i), "ab") as out:
@@ -199,16 +199,18 @@ class RayGang(Gang):
             if code is not None and self.codes[i] is None:
                 self.record_exit(i, code)
             self.live[i] = alive or bool(chunk)  # one more poll drains the log's tail
+            if not self.live[i] and self.codes[i] is None:  # else the gang would wait for ever
+                self.worker_lost(i, "its host is gone without an exit code")
         asked = set(self.polls.values())
         for i, actor in enumerate(self.actors):
             if self.live[i] and i not in asked:
                 self.polls[actor.poll.remote(self.owner, self.offsets[i])] = i
 
-    def actor_died(self, index: int, err: Exception) -> None:
-        """Its host has killed the worker (it watches the actor): nothing of it is left."""
+    def worker_lost(self, index: int, why: str) -> None:
+        """Nothing of the worker is left (a host kills its worker when its actor dies)."""
         self.live[index] = False
         node = self.launch.workers[index].node
-        log.warning("worker %d: actor on node %s died: %s", index, node, type(err).__name__)
+        log.warning("worker %d on node %s: %s", index, node, why)
         if self.outcome is None:
             self.outcome, self.message = LOST, f"node {node} (worker {index}) was lost"
             self.kill_at = time.monotonic()

@@ -92,9 +92,10 @@ class WorkerActor:
         """(exit code or None, whether anything of the worker lives, log bytes from `offset`).
         The host lives until all of the worker is gone."""
         with self._owned(owner):
-            done = read_json(self.work / "exit.json")
+            # The host before its exit: a host seen gone wrote exit.json before it went.
             host = self._ref("host.json")
             alive = host is not None and host.is_alive()
+            done = read_json(self.work / "exit.json")
             try:
                 with open(self.work / "worker.log", "rb") as f:
                     f.seek(offset)
