@@ -358,11 +358,9 @@ def test_kueue_tutorial_jobsets_on_a_six_node_pool_in_three_domains(pool):
     one, two = submit_jobset(server, 1), submit_jobset(server, 2)
     assert server.job(one)["state"] == server.job(two)["state"] == "pending"  # no pool is free
     (server.state.parent / "bin" / "GO").touch()
-    # Generous: on a loaded 2-core machine Ray may take tens of seconds to start an actor
-    # where a pooled one is still being released (one CI run missed 60 s here).
-    job3 = server.wait(three, "succeeded", timeout=120)
-    job1 = server.wait(one, "succeeded", timeout=120)
-    job2 = server.wait(two, "succeeded", timeout=120)
+    job3 = server.wait(three, "succeeded", timeout=60)
+    job1 = server.wait(one, "succeeded", timeout=60)
+    job2 = server.wait(two, "succeeded", timeout=60)
     assert domains_of(job3) == [{"pool1"}, {"pool2"}, {"pool3"}]
     for job in (job1, job2):
         assert job["started_at"] >= job3["finished_at"]
