@@ -288,6 +288,24 @@ def test_a_reused_pooled_actor_leaks_nothing_between_jobs(pool, tmp_path):
         assert f"leaked=none cwd={tmp_path} gpus={gpus}" in text, text
 
 
+def test_a_killed_worker_host_loses_the_attempt_not_hangs_it(pool):
+    """The process holding a worker (ray_host.py) dies without a word (the OOM killer): the
+    attempt is lost and requeued, and what its worker left running is killed."""
+    _, server = pool
+    job = submit(server, "--per-worker", "4", "--", "sh", "-c", "echo up; sleep 300")
+    server.wait(job, "running", timeout=30)
+    wait_logged(server, job, 0, "up", workers=1)
+    run = run_dir(server, job, 0)
+    host = run_processes(run)[0].parent()
+    assert "corral.executors.ray_host" in " ".join(host.cmdline()), host.cmdline()
+    host.kill()
+    row = server.wait(job, lambda j: j["attempt"] >= 1, timeout=20, what="requeued")
+    assert row["attempts"][0]["state"] == "lost", row["attempts"][0]
+    wait_gone(run)
+    server.cli("cancel", job, admin=True)
+    server.wait(job, "cancelled", timeout=20)
+
+
 def test_dead_node_loses_its_gang_which_is_requeued(pool):
     cluster, server = pool
     job = submit(

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -149,6 +150,8 @@ class WorkerActor:
         deadline = time.monotonic() + HOST_EXIT_WAIT
         while host is not None and host.is_alive() and time.monotonic() < deadline:
             time.sleep(0.01)
+        if self.worker is not None:  # the host is gone: a worker it could not kill is not left
+            self.worker.signal_group(signal.SIGKILL)
         shutil.rmtree(self.work, ignore_errors=True)
         self.owner = None
         if reuse and not self.retired:
