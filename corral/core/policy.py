@@ -162,12 +162,11 @@ def next_keys(index: RunningIndex, cycle: Cycle) -> list[float]:
     """The keys of the jobs the cycle starts, and per type the first key after now of a job
     still running after the cycle (not stopping, not a victim): the index's next times."""
     later = [t for t in map(index.key, cycle.started) if t is not None]
-    after = math.nextafter(cycle.snap.now, math.inf)  # entries: (key, id, run)
+    after = math.nextafter(cycle.snap.now, math.inf)
     for entries in index.by_type.values():
-        for i in range(entries.bisect_left((after,)), len(entries)):
-            run = entries[i][2]
-            if not run.terminating and run.job.id not in cycle.victims:
-                later.append(entries[i][0])
+        for key, job_id, run in entries.islice(entries.bisect_left((after,))):
+            if not run.terminating and job_id not in cycle.victims:
+                later.append(key)
                 break
     return later
 
