@@ -60,8 +60,8 @@ def run_cycle(snap: Snapshot, policy: Policy, reasons: bool = False) -> CycleRun
             _consider(ran, policy, job)
     if reasons:
         _explain_the_rest(cycle, ran.decision.reasons)
-    wake = [t for t in (policy.wake_at(cycle), policy.protection_ends(cycle)) if t is not None]
-    ran.decision.wake_at = min(wake, default=None)
+    wake, ends = policy.wake_at(cycle), policy.protection_ends(cycle)
+    ran.decision.wake_at = ends if wake is None or (ends is not None and ends < wake) else wake
     return ran
 
 

@@ -10,6 +10,7 @@ cycles, safely (`Shortcuts`). To try an idea, subclass `Policy` in one file (doc
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from typing import ClassVar
 
@@ -78,7 +79,8 @@ class Policy:
             later = [until(r) for r in cycle.running_after() if r.job.preemptible]
         else:
             later = next_keys(index, cycle)
-        return min((t for t in later if snap.now < t < math.inf), default=None)
+        later = [t for t in later if snap.now < t < math.inf]  # (min() of a generator: slow)
+        return min(later) if later else None
 
     def all_of_age(self, snap: Snapshot) -> bool:
         """Is every preemptible running job past its protection (may any be a victim)?"""
@@ -164,7 +166,8 @@ def next_keys(index: RunningIndex, cycle: Cycle) -> list[float]:
     later = [t for t in map(index.key, cycle.started) if t is not None]
     after = math.nextafter(cycle.snap.now, math.inf)
     for entries in index.by_type.values():
-        for key, job_id, run in entries.islice(entries.bisect_left((after,))):
+        for i in range(bisect_left(entries, (after,)), len(entries)):
+            key, job_id, run = entries[i]
             if not run.terminating and job_id not in cycle.victims:
                 later.append(key)
                 break

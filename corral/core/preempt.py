@@ -40,11 +40,11 @@ class Protection:
     def of(self, job: Job) -> float:
         if job.preemptions >= MAX_PREEMPTIONS:
             return math.inf
-        base = self.per_project.get(job.project, self.default)
+        base = self.per_project.get(job.project, self.default) if self.per_project else self.default
         extra = job.preemptions - FREE_PREEMPTIONS
-        if extra > 0 and base > 0:
-            base = min(max(base, MAX_PROTECTION), base * 2.0 ** min(extra, 32))
-        return max(FIRST_CYCLE, base)
+        if extra > 0 and base > 0:  # (a shift: 2.0 ** n is a generic power, once compiled)
+            base = min(max(base, MAX_PROTECTION), base * (1 << min(extra, 32)))
+        return base if base > FIRST_CYCLE else FIRST_CYCLE
 
     def until(self, run: Running) -> float:
         """When the attempt may first be preempted."""
@@ -82,15 +82,17 @@ def find_victims(cycle: Cycle, job: Job, candidates: Iterable[Running]) -> Preem
     nodes = release_until_placed(probe, job, long, candidates, chosen)
     if nodes is None:
         return None
+    kept = chosen[-1:]  # (not list.remove per victim given back: a scan each)
     for run in reversed(chosen[:-1]):
         probe.occupy(run.job, run.nodes)
         fewer = place(probe, job, long) if probe.may_fit(job, long) else None
         if fewer is not None:
-            chosen.remove(run)
             nodes = fewer
         else:
             probe.release(run)
-    return Preemption(chosen, nodes)
+            kept.append(run)
+    kept.reverse()
+    return Preemption(kept, nodes)
 
 
 def awaited(cycle: Cycle, job: Job) -> set[str]:

@@ -4,15 +4,16 @@ policy gives (`RunningIndex`)."""
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable, Iterator
 from typing import ClassVar, Generic, TypeVar
 
-from sortedcontainers import SortedKeyList, SortedList
+from sortedcontainers import SortedKeyList
 
 from corral.core.model import Job, Running
 
 RunningKey = Callable[[Running], float | None]
+Entry = tuple[float, str, Running]  # a RunningIndex entry: (key, job id, run)
 T = TypeVar("T")
 K = TypeVar("K")
 
@@ -163,11 +164,13 @@ def _end_key(run: Running) -> tuple:
 class RunningIndex:
     """Running jobs of each accelerator type sorted by a static key a policy gives (None: left
     out), e.g. when a job crosses a rank threshold: the policy reads the first few entries
-    instead of ranking every running job in every cycle. Entries are (key, job id, run)."""
+    instead of ranking every running job in every cycle. Entries are (key, job id, run), per
+    type in a plain list kept sorted: bisect and a memmove per change, in C, cost less than a
+    SortedList's Python code at the scale of a pool's running jobs."""
 
     def __init__(self, key: RunningKey):
         self.key = key
-        self.by_type: dict[str, SortedList] = {}
+        self.by_type: dict[str, list[Entry]] = {}
         self._entries: dict[str, tuple[float, str, Running]] = {}  # job id -> its entry
 
     def add(self, run: Running) -> None:
@@ -176,8 +179,8 @@ class RunningIndex:
             entry = self._entries[run.job.id] = (key, run.job.id, run)
             entries = self.by_type.get(run.job.accelerator)
             if entries is None:
-                entries = self.by_type[run.job.accelerator] = SortedList()
-            entries.add(entry)
+                entries = self.by_type[run.job.accelerator] = []
+            insort(entries, entry)
 
     def key_of(self, job_id: str) -> float | None:
         """The key a running job is kept by (None: not kept)."""
@@ -187,7 +190,8 @@ class RunningIndex:
     def remove(self, run: Running) -> None:
         entry = self._entries.pop(run.job.id, None)
         if entry is not None:  # its stored key: the job may have changed since it started
-            self.by_type[run.job.accelerator].remove(entry)
+            entries = self.by_type[run.job.accelerator]
+            del entries[bisect_left(entries, entry)]
 
 
 def discard(queues: dict, name: object, key: tuple, item: Job | Running) -> None:

@@ -370,8 +370,12 @@ class Fair(Policy):
                 given = self._all_given(cycle, giver, alone) if wide else self._given(cycle, giver)
                 pools[project], held, guarantee = iter(given), giver.held, giver.guarantee
                 keys[project] = (share_ratio(held, guarantee), project, held, guarantee)
-        while keys:  # the largest ratio (then name) gives next
-            _, project, held, guarantee = max(keys.values())
+        while keys:  # the largest ratio, then name, gives next (a loop: it beats max())
+            project, most = "", -INF
+            for name, key in keys.items():
+                if key[0] > most or (key[0] == most and name > project):
+                    project, most = name, key[0]
+            _, _, held, guarantee = keys[project]
             run = next(pools[project], None)
             if run is None:
                 del keys[project]
@@ -472,8 +476,8 @@ def _reclaiming(cycle: Cycle, project: str) -> bool:
 
 def _outranks(snap: Snapshot, project: str, priority: int) -> bool:
     """Is `priority` above that of a preemptible running job of the project?"""
-    running = snap.running_priorities.get(project)
-    return priority > min(running) if running else False
+    running = snap.running_priorities.get(project)  # (any(): compiled, a loop; min() is not)
+    return running is not None and any(lower < priority for lower in running)
 
 
 def _any_giver(snap: Snapshot) -> bool:

@@ -12,7 +12,7 @@ starve_factor (default 4; 0 turns promotion off).
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from functools import partial
 from typing import ClassVar
@@ -23,8 +23,8 @@ from corral.core import memos
 from corral.core.cycle import Cycle
 from corral.core.model import Job, Running
 from corral.core.policy import may_be_victim, next_keys
-from corral.core.queues import RunningKey
-from corral.policies.ranked import INF, Entry, Keep, RankCycleMemo, RankPolicy, run_of
+from corral.core.queues import Entry, RunningKey
+from corral.policies.ranked import INF, Keep, RankCycleMemo, RankPolicy, run_of
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -108,7 +108,7 @@ class Las(RankPolicy):
         if not entries:
             return iter(())
         # Entries are (reach time, id, run): those before (the float after now,) reached it.
-        return entries.islice(0, entries.bisect_left((math.nextafter(cycle.snap.now, INF),)))
+        return iter(entries[: bisect_left(entries, (math.nextafter(cycle.snap.now, INF),))])
 
     def describe(self, rank: float) -> str:
         return f"queue {rank:g}"

@@ -29,7 +29,6 @@ from corral.formats.types import SchedulerConfig
 
 INF = float("inf")
 
-Entry = tuple[float, str, Running]  # of a running index: (key, job id, run)
 run_of = itemgetter(2)  # the run of an Entry
 
 

@@ -8,6 +8,7 @@ running jobs with strictly more time left, the longest first.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from typing import ClassVar
 
 from mypy_extensions import mypyc_attr
@@ -58,11 +59,11 @@ class Srtf(RankPolicy):
         margin = slack(now, rank)
         surely, lowest = (now + rank) + margin, (now + rank) - margin
         # Entries are (end, id, run): past (the float after surely,) all are worse.
-        past = entries.bisect_left((math.nextafter(surely, INF),))
-        worse = list(map(run_of, entries.islice(past, reverse=True)))
+        past = bisect_left(entries, (math.nextafter(surely, INF),))
+        worse = list(map(run_of, reversed(entries[past:])))
         if not keep.every:
             worse = [run for run in worse if keep(run)]
-        for _, _, run in entries.islice(entries.bisect_left((lowest,)), past, reverse=True):
+        for _, _, run in reversed(entries[bisect_left(entries, (lowest,)) : past]):
             if keep(run) and self.running_rank(cycle, run) > rank:
                 worse.append(run)
         return worse

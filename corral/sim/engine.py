@@ -42,17 +42,22 @@ class SimOptions:
     shortcuts: bool = True
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class SimJob:
-    """What the driver tracks about a job beyond the core's view."""
+    """What the driver tracks about a job beyond the core's view. (Its own __init__: mypyc
+    compiles it, not the one @dataclass makes; see core/model.py.)"""
 
     job: Job
     duration: float
-    attempt: int = 0
-    started_at: float | None = None
-    run_end: float | None = None  # when the current attempt completes
-    timed_out: bool = False  # current attempt is cut by max_runtime
-    state: str = "pending"
+    attempt: int
+    started_at: float | None
+    run_end: float | None  # when the current attempt completes
+    timed_out: bool  # current attempt is cut by max_runtime
+    state: str
+
+    def __init__(self, job: Job, duration: float) -> None:
+        self.job, self.duration, self.attempt = job, duration, 0
+        self.started_at, self.run_end, self.timed_out, self.state = None, None, False, "pending"
 
 
 @dataclass(slots=True)
