@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Final
 
 from corral.core.cycle import Cycle
 from corral.core.fit import place
@@ -24,9 +25,9 @@ from corral.core.snapshot import share_ratio, within
 # MAX_PROTECTION: a job preempted again and again is left to run longer and longer; after
 # MAX_PREEMPTIONS it is never preempted again (it still never runs beyond its guarantee's
 # rules when it starts: only its running attempt is kept).
-FIRST_CYCLE = 1.0
-MAX_PROTECTION = 24 * 3600.0
-MAX_PREEMPTIONS = 10
+FIRST_CYCLE: Final = 1.0
+MAX_PROTECTION: Final = 24 * 3600.0
+MAX_PREEMPTIONS: Final = 10
 
 
 @dataclass(slots=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from itertools import compress
 from operator import ne
+from typing import Final
 
 from corral.core import memos
 from corral.core.cycle import Cycle, Reservation, freed_by
@@ -19,7 +20,7 @@ from corral.core.memos import PlanMemo
 from corral.core.model import Job, Running
 from corral.core.slots import release_until_placed
 
-FREE_PREEMPTIONS = 2  # preemptions of a job before its protection grows (preempt.Protection)
+FREE_PREEMPTIONS: Final = 2  # preemptions of a job before its protection grows (preempt.Protection)
 
 
 def plan_reservation(cycle: Cycle, job: Job) -> Reservation | None:

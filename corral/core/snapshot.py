@@ -12,6 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Final
 
 from corral.core.freemap import FreeMap
 from corral.core.memos import SnapshotMemos
@@ -29,8 +30,8 @@ from corral.core.queues import (
 )
 from corral.formats.types import Node, Quota
 
-INF = float("inf")
-LN2 = math.log(2.0)
+INF: Final = float("inf")
+LN2: Final = math.log(2.0)
 NONE: Mapping = MappingProxyType({})  # an empty mapping to look things up in
 
 

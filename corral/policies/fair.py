@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from heapq import heapify, heappop, heappushpop
 from itertools import takewhile
-from typing import ClassVar
+from typing import ClassVar, Final
 
 from mypy_extensions import mypyc_attr
 
@@ -47,9 +47,9 @@ from corral.policies.fair_memos import (
 )
 from corral.policies.fair_walk import ACT, PASS, STOP, _Answers, _ProjectQueue, _UserQueue, queue_of
 
-INF = float("inf")
-LEND_WAIT = 600.0  # the longest a reserved job may wait past due for a job it lent to
-JUMP_AFTER = 1  # jobs passed over in a row before a walk looks for the next one that matters
+INF: Final = float("inf")
+LEND_WAIT: Final = 600.0  # the longest a reserved job may wait past due for a job it lent to
+JUMP_AFTER: Final = 1  # jobs passed over in a row before a walk looks for the next one that matters
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)

@@ -13,7 +13,7 @@ from abc import abstractmethod
 from collections.abc import Iterator
 from heapq import heapify, heappop, heappush
 from operator import itemgetter
-from typing import ClassVar
+from typing import ClassVar, Final
 
 from mypy_extensions import mypyc_attr
 
@@ -27,7 +27,7 @@ from corral.core.preempt import Preemption, Protection, could_free_room, find_vi
 from corral.core.queues import RunningIndex
 from corral.formats.types import SchedulerConfig
 
-INF = float("inf")
+INF: Final = float("inf")
 
 run_of = itemgetter(2)  # the run of an Entry
 

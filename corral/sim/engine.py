@@ -18,6 +18,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Final
 
 from corral.core.admission import check_admissible
 from corral.core.decide import CycleRun, run_cycle
@@ -27,8 +28,9 @@ from corral.core.reserve import outlasts
 from corral.core.snapshot import Snapshot
 from corral.formats.types import Node, Quota, ScenarioJob
 
-FINISH, WAKE = 1, 2  # at one instant: arrivals, then completions, then wake-ups
-MAX_CYCLES_PER_INSTANT = 1_000  # guards against a policy that preempts in a loop
+FINISH: Final = 1  # at one instant: arrivals, then completions, then wake-ups
+WAKE: Final = 2
+MAX_CYCLES_PER_INSTANT: Final = 1_000  # guards against a policy that preempts in a loop
 
 
 @dataclass(slots=True)
