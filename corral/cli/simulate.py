@@ -146,7 +146,7 @@ def simulate(
     # Imported here: main() registers this command on every `corral` invocation, and the
     # simulator's imports (numpy, the policies) should not slow down the live commands.
     from corral.sim import run as sim_run
-    from corral.sim.metrics import no_cyclic_gc
+    from corral.sim.gcpause import no_cyclic_gc
 
     _importable_cwd()
     # A batch command: loading, replay and metrics make millions of objects and no reference

@@ -12,11 +12,9 @@ job keeps its progress (checkpointing), plus `restart_penalty` seconds on each r
 
 from __future__ import annotations
 
-import gc
 import heapq
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -27,6 +25,7 @@ from corral.core.policy import Policy
 from corral.core.reserve import outlasts
 from corral.core.snapshot import Snapshot
 from corral.formats.types import Node, Quota, ScenarioJob
+from corral.sim.gcpause import no_cyclic_gc
 
 FINISH: Final = 1  # at one instant: arrivals, then completions, then wake-ups
 WAKE: Final = 2
@@ -297,21 +296,6 @@ class Simulator:
         entry = {"t": t, "event": event, "job": job.id, "project": job.project}
         self.events.append(entry)
         return entry
-
-
-@contextmanager
-def no_cyclic_gc() -> Iterator[None]:
-    """A replay makes no reference cycles (tests/test_sim_gc.py), and neither does making its
-    jobs, so the cyclic collector would only walk the growing event log and job table again
-    and again: about 5% of a whole-trace run, a third of making 82,000 jobs. It is back as
-    it was afterwards."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def core_job(sj: ScenarioJob, quota: Quota) -> Job:

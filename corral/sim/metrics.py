@@ -31,11 +31,9 @@ log of fair on the whole Philly trace.
 from __future__ import annotations
 
 import csv
-import gc
 import json
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -43,6 +41,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from corral.formats.types import FormatError, Quota, ScenarioJob
+from corral.sim.gcpause import no_cyclic_gc
 
 EVENTS = ("submit", "start", "preempt", "finish", "fail", "reject", "cancel")
 PERCENTILES = (50, 95, 99)
@@ -502,20 +501,6 @@ def analyse(
         "per_project": _per_project(tally, series, end, span, guarantees, starved),
     }
     return Analysis(rows, series, summary)
-
-
-@contextmanager
-def no_cyclic_gc() -> Iterator[None]:
-    """For work that makes many objects and no reference cycles (the sweep: a track and a
-    row per job): without it the cyclic collector would walk the whole event log again and
-    again while they are made (half the sweep's time on a whole trace). Back as it was after."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def _longest(starved: Mapping[str, tuple[float, float]]) -> dict[str, Any]:

@@ -9,18 +9,17 @@ rebases the times so the first job submits at 0, and turns them into `ScenarioJo
 from __future__ import annotations
 
 import csv
-import gc
 import math
 import re
 from collections import Counter
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import lru_cache
 from pathlib import Path
 
 from corral.formats.types import FormatError, JobSpec, Resources, ScenarioJob
+from corral.sim.gcpause import no_cyclic_gc
 
 # Naive wall-clock times (the Philly trace is in local time) are turned into seconds against
 # this naive epoch. Differences of naive datetimes ignore DST, which is what a replay wants.
@@ -171,22 +170,6 @@ class JobBuilder:
         ], t0
 
 
-@contextmanager
-def bulk():
-    """Pause the cyclic GC while a loader creates ~10^5 long-lived objects.
-
-    The objects hold no cycles, yet each generation-2 pass walks all of them: with the GC on,
-    loading the Philly table takes about twice as long.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def finish_load(raw: list[RawJob], builder: JobBuilder, skips: Skips, *, wall: bool = True):
     jobs, t0 = builder.jobs(raw)
     origin = origin_of(t0) if (jobs and wall) else None
@@ -232,7 +215,7 @@ def load_csv(
     for parse in (rows,) if columnwise is None else (columnwise, rows):
         builder = JobBuilder(accelerator, gpus_per_node)
         skips = Skips(path, skip_bad)
-        with open_text(path) as f, bulk():
+        with open_text(path) as f, no_cyclic_gc():
             reader = csv.reader(f)
             try:
                 cols = header_index(path.name, next(reader, None), columns)

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from corral.formats.types import FormatError
+from corral.sim.gcpause import no_cyclic_gc
 from corral.sim.traces.common import (
     BadRow,
     JobBuilder,
@@ -20,7 +21,6 @@ from corral.sim.traces.common import (
     Skips,
     TraceLoad,
     bad_utf8,
-    bulk,
     finish_load,
     open_text,
     project_label,
@@ -46,7 +46,7 @@ def load_philly_json(
             text = f.read()
         except UnicodeDecodeError:
             raise FormatError(f"{path.name}:{bad_utf8(path)}") from None
-    with bulk():
+    with no_cyclic_gc():
         raw: list[RawJob] = []
         for index, (line, obj) in enumerate(_objects(path.name, text)):
             try:
