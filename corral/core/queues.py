@@ -171,7 +171,7 @@ class RunningIndex:
     def __init__(self, key: RunningKey):
         self.key = key
         self.by_type: dict[str, list[Entry]] = {}
-        self._entries: dict[str, tuple[float, str, Running]] = {}  # job id -> its entry
+        self._entries: dict[str, Entry] = {}  # job id -> its entry
 
     def add(self, run: Running) -> None:
         key = self.key(run)
