@@ -363,25 +363,25 @@ class Fair(Policy):
         (`wide`: any eligible job, see _take_back). (Each project's share is its own: this
         merges what `_given` takes of each.)"""
         pools: dict[str, Iterator[Running]] = {}
-        keys: dict[str, tuple[float, str, float, float]] = {}  # (ratio, name, held, guarantee)
+        keys: dict[str, tuple[float, float, float]] = {}  # (ratio, held, guarantee)
         for giver in _givers(cycle, job.accelerator):
             project = giver.project
             if project != job.project:
                 given = self._all_given(cycle, giver, alone) if wide else self._given(cycle, giver)
                 pools[project], held, guarantee = iter(given), giver.held, giver.guarantee
-                keys[project] = (share_ratio(held, guarantee), project, held, guarantee)
+                keys[project] = (share_ratio(held, guarantee), held, guarantee)
         while keys:  # the largest ratio, then name, gives next (a loop: it beats max())
             project, most = "", -INF
             for name, key in keys.items():
                 if key[0] > most or (key[0] == most and name > project):
                     project, most = name, key[0]
-            _, _, held, guarantee = keys[project]
+            _, held, guarantee = keys[project]
             run = next(pools[project], None)
             if run is None:
                 del keys[project]
             else:
                 held -= run.job.demand
-                keys[project] = (share_ratio(held, guarantee), project, held, guarantee)
+                keys[project] = (share_ratio(held, guarantee), held, guarantee)
                 yield run
 
     def _may_free(self, cycle: Cycle, job: Job, wide: bool = False) -> bool:
