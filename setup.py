@@ -1,4 +1,5 @@
-"""Builds the scheduling core, the policies and the simulator's event loop with mypyc.
+"""Builds the scheduling core, the policies, the simulator's event loop and the metrics' sweep
+with mypyc.
 
 They stay plain Python (typed), and compiled they run about twice as fast: the simulator replays
 a whole trace in seconds. Without mypyc or a C compiler, or with CORRAL_PURE=1, corral installs
@@ -46,6 +47,7 @@ COMPILED = [
     "corral/policies/ranked.py",
     "corral/policies/srtf.py",
     "corral/sim/engine.py",
+    "corral/sim/sweep.py",
 ]
 
 

@@ -22,7 +22,7 @@ from corral.sim.metrics import (
     write_job_csv,
     write_summary,
 )
-from corral.sim.plots import plot_jct_cdf, plot_shares, plot_utilisation
+from corral.sim.plots import BINS, binned, plot_jct_cdf, plot_shares, plot_utilisation
 from corral.sim.traces import synthetic
 
 CAPACITY = {"v100": 8}
@@ -323,6 +323,29 @@ def test_plots_render(tmp_path):
     assert_png(plot_jct_cdf({"fifo": jct, "half": [x / 2 for x in jct]}, tmp_path / "jct.png"))
     assert_png(plot_utilisation(series, tmp_path / "util.png"))
     assert_png(plot_shares(series, guarantees, capacity, tmp_path / "shares.png"))
+
+
+def test_a_long_series_is_sent_to_be_drawn_binned(tmp_path):
+    """What a process drawing aside is sent: a thousand points a line, the same picture."""
+    import matplotlib.image
+
+    events, infos = big_log()
+    capacity = {"v100": 64}
+    series = timeseries(events, infos, capacity)
+    small = binned(series)
+    assert len(small.times) == BINS + 1 < len(series.times)
+    assert (small.times[0], small.times[-1]) == (series.times[0], series.times[-1])
+    assert small.held.keys() == series.held.keys()
+    for whole, part in [
+        (series.busy, small.busy),
+        *zip(series.held.values(), small.held.values(), strict=True),
+    ]:
+        assert small.integral(part) == pytest.approx(series.integral(whole))
+    for plot in (plot_utilisation, lambda s, path: plot_shares(s, {}, capacity, path)):
+        whole, part = plot(series, tmp_path / "whole.png"), plot(small, tmp_path / "part.png")
+        assert (matplotlib.image.imread(whole) == matplotlib.image.imread(part)).all()
+    short = timeseries(LOG, INFOS, CAPACITY)
+    assert binned(short) is short
 
 
 def test_plots_of_tiny_and_empty_inputs(tmp_path):

@@ -176,6 +176,11 @@ def simulate(
             outputs = sim_run.Outputs(events=events, summary=summary, out=out)
             outputs.prepare()
             label = f"{len(workload.jobs)} jobs"
+            printout: list[str] = []
+
+            def render(reports, written) -> None:  # while the last charts are drawn
+                printout.append(_report(workload, reports, written))
+
             reports, written = sim_run.run_policies(
                 workload,
                 configs,
@@ -183,6 +188,7 @@ def simulate(
                 outputs,
                 progress=lambda policy: _progress(len(workload.jobs), f"{policy}: {label}"),
                 processes=_positive(processes, "--processes"),
+                meanwhile=None if as_json else render,
             )
         except FormatError as err:
             fail(str(err))
@@ -191,7 +197,7 @@ def simulate(
         if as_json:
             _print_json({report.name: report.summary for report in reports})
         else:
-            _print_report(workload, reports, written)
+            sys.stdout.write(printout[0])
         _exit_now()
 
 
@@ -326,12 +332,19 @@ def _plain_number(value: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
-def _print_report(workload, reports, written: list[Path]) -> None:
+def _report(workload, reports, written: list[Path]) -> str:
+    """The printout: what was loaded, the summary tables and the files written."""
     from rich.console import Console
 
+    console = Console(highlight=False)
+    with console.capture() as printout:
+        _print_report(console, workload, reports, written)
+    return printout.get()
+
+
+def _print_report(console, workload, reports, written: list[Path]) -> None:
     from corral.sim.metrics import comparison_table
 
-    console = Console(highlight=False)
     console.print(f"[dim]{workload.description}[/]")
     summaries = [report.summary for report in reports]
     table = comparison_table({report.name: report.summary for report in reports})

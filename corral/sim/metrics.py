@@ -33,48 +33,19 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
-from corral.formats.types import FormatError, Quota, ScenarioJob
+from corral.formats.types import FormatError, Quota
 from corral.sim.gcpause import no_cyclic_gc
+from corral.sim.sweep import JobInfo, JobRow, ProjectTally, Sweep, Tally
+from corral.sim.sweep import infos_from_jobs as infos_from_jobs  # (part of this API)
 
-EVENTS = ("submit", "start", "preempt", "finish", "fail", "reject", "cancel")
 PERCENTILES = (50, 95, 99)
-
-
-@dataclass(slots=True)
-class JobInfo:
-    name: str
-    project: str
-    user: str
-    submit: float
-    duration: float  # seconds of running needed to finish
-    demand: int  # accelerators held while running
-    accelerator: str
-
-
-class JobRow(NamedTuple):
-    name: str
-    project: str
-    user: str
-    accelerator: str
-    demand: int
-    duration: float
-    submit: float
-    start: float | None  # first start
-    finish: float | None  # finish event only (not fail/cancel/reject)
-    end: float | None  # when the job left: finish, fail, cancel or reject
-    state: str  # finished | failed | cancelled | rejected | pending | running
-    wait: float | None  # all time pending: before the first start and after each preemption
-    first_wait: float | None  # submit to first start only
-    jct: float | None
-    run_time: float  # sum of running intervals
-    preemptions: int
 
 
 @dataclass(slots=True)
@@ -88,6 +59,7 @@ class Series:
     by_accelerator: dict[str, np.ndarray]  # type -> accelerators held
     capacity: int  # all types together
     active: np.ndarray | None = None  # jobs pending or running (None: not counted)
+    bin_s: float | None = None  # values are means over bins this wide (plots.binned); None: exact
 
     @property
     def utilisation(self) -> np.ndarray:
@@ -103,20 +75,6 @@ class Series:
         """Seconds until `end` in which the pool had work: some job pending or running."""
         active = self.busy if self.active is None else self.active
         return self.integral((active > 0).astype(float), end)
-
-
-def infos_from_jobs(jobs: Iterable[ScenarioJob]) -> dict[str, JobInfo]:
-    """JobInfo for each job of a scenario or trace, keyed by job name."""
-    info, infos = JobInfo, {}
-    with no_cyclic_gc():  # (one object per job)
-        for j in jobs:  # (positional, spec and resources read once: once per job of a trace)
-            spec = j.spec
-            shape = spec.resources
-            infos[spec.name] = info(
-                spec.name, spec.project, j.user, j.submit, j.duration, shape.total,
-                shape.accelerator,
-            )  # fmt: skip
-    return infos
 
 
 def guarantees_from_quota(quota: Quota, capacity: Mapping[str, int]) -> dict[str, dict[str, float]]:
@@ -146,221 +104,24 @@ def read_events(path: str | Path) -> list[dict[str, Any]]:
     return events
 
 
-# --- the sweep ---------------------------------------------------------------------------------
+# --- the time series ------------------------------------------------------------------------------
 
 
-class _Track:
-    """One job's state during the sweep."""
-
-    __slots__ = ("info", "project", "kind", "state", "start", "running_since", "pending_since",
-                 "run_time", "waited", "end", "finish", "preemptions")  # fmt: skip
-
-    def __init__(self, info: JobInfo, project: _Project, kind: int) -> None:
-        self.info, self.project = info, project
-        self.kind = kind  # its accelerator's code (looked up once, not at each start and stop)
-        self.state = "new"
-        self.start: float | None = None
-        self.running_since: float | None = None
-        self.pending_since: float | None = None
-        self.run_time = 0.0
-        self.waited = 0.0  # pending time in finished spells (before each start)
-        self.end: float | None = None
-        self.finish: float | None = None
-        self.preemptions = 0
-
-
-class _Project:
-    """One project's pending and running jobs during the sweep, and its starved spells
-    (pending work, nothing running)."""
-
-    __slots__ = ("code", "pending", "running", "starved_since", "starved_time", "starved_longest")
-
-    def __init__(self, code: int) -> None:
-        self.code = code  # its row in the holdings
-        self.pending = 0
-        self.running = 0
-        self.starved_since: float | None = None
-        self.starved_time = 0.0
-        self.starved_longest = 0.0
-
-    def settle(self, t: float) -> None:
-        """The project's state holds from `t` on: open or close a starved spell."""
-        starved = self.pending > 0 and self.running == 0
-        if starved and self.starved_since is None:
-            self.starved_since = t
-        elif not starved and self.starved_since is not None:
-            self.close(t)
-
-    def close(self, t: float) -> None:
-        if self.starved_since is not None:
-            spell = t - self.starved_since
-            self.starved_time += spell
-            self.starved_longest = max(self.starved_longest, spell)
-            self.starved_since = None
-
-
-class _Unsorted(Exception):
-    """The log is not in time order (it should be): sweep it again, sorted."""
-
-
-class _Replay:
-    """Walks the log once, keeping job states, per-project counters, the levels of the step
-    functions at each instant and every change of holdings (built into arrays at the end).
-    One loop with the state in locals: it runs over every event of a whole-trace log."""
-
-    def __init__(self, infos: Mapping[str, JobInfo]) -> None:
-        self.infos = infos
-        self.jobs: dict[str, _Track] = {}
-        self.projects: dict[str, _Project] = {}
-        self.accelerators: dict[str, int] = {}
-        self.times: list[float] = []
-        self.busy: list[int] = []
-        self.queue: list[int] = []
-        self.active: list[int] = []  # jobs pending or running
-        # Holdings changes: instant (index into times), project code, accelerator code, delta.
-        self.changes: tuple[list[int], list[int], list[int], list[int]] = ([], [], [], [])
-        self.last_t = 0.0
-
-    def run(self, events: Sequence[Mapping[str, Any]]) -> _Replay:
-        try:
-            return self._run(events)
-        except _Unsorted:
-            return _Replay(self.infos)._run(sorted(events, key=lambda e: e.get("t", 0.0)))
-
-    def _run(self, events: Sequence[Mapping[str, Any]]) -> _Replay:  # noqa: C901 (one loop)
-        jobs, times = self.jobs, self.times
-        at, by_project, by_type, delta = self.changes
-        touched: list[_Project] = []  # projects whose jobs changed at the current instant
-        now_busy = now_queue = now_running = 0
-        i, last = -1, -math.inf
-        for n, ev in enumerate(events):
-            try:
-                t, kind, name = float(ev["t"]), ev["event"], ev["job"]
-            except (KeyError, TypeError, ValueError):
-                raise FormatError(f"event log: event {n}: needs t, event and job: {ev!r}") from None
-            if t != last:  # events at one time share one point
-                if t < last:
-                    raise _Unsorted
-                if i >= 0:
-                    self._point(now_busy, now_queue, now_running, touched, last)
-                times.append(t)
-                i += 1
-                last = t
-            job = jobs.get(name)
-            if job is None:
-                job = self._track(name)
-            project, state = job.project, job.state
-            touched.append(project)
-            if kind == "start":
-                if state == "pending":
-                    now_queue -= 1
-                    project.pending -= 1
-                    job.waited += t - job.pending_since  # type: ignore[operator]
-                    job.pending_since = None
-                if state != "running":  # (a repeated start: already holding)
-                    job.state, job.running_since = "running", t
-                    now_running += 1
-                    project.running += 1
-                    info = job.info
-                    now_busy += info.demand
-                    at.append(i)
-                    by_project.append(project.code)
-                    by_type.append(job.kind)
-                    delta.append(info.demand)
-                if job.start is None:
-                    job.start = t
-                continue
-            if kind == "preempt":
-                if state != "running":
-                    continue
-            elif kind == "submit":
-                if state == "pending":
-                    continue
-            elif kind in _END_STATE:
-                if state == "pending":
-                    now_queue -= 1
-                    project.pending -= 1
-                    job.waited += t - job.pending_since  # type: ignore[operator]
-                    job.pending_since = None
-            else:
-                raise FormatError(
-                    f"event log: event {n}: unknown event {kind!r} ({', '.join(EVENTS)})"
-                )
-            if state == "running" and job.running_since is not None:  # release its holding
-                job.run_time += t - job.running_since
-                job.running_since = None
-                now_running -= 1
-                project.running -= 1
-                info = job.info
-                now_busy -= info.demand
-                at.append(i)
-                by_project.append(project.code)
-                by_type.append(job.kind)
-                delta.append(-info.demand)
-            if kind in _END_STATE:
-                job.state = _END_STATE[kind]
-                job.end = t
-                job.finish = t if kind == "finish" else None
-                continue
-            if kind == "preempt":
-                job.preemptions += 1
-            job.state, job.pending_since = "pending", t
-            now_queue += 1
-            project.pending += 1
-        if i >= 0:
-            self._point(now_busy, now_queue, now_running, touched, last)
-        self.last_t = times[-1] if times else 0.0
-        for project in self.projects.values():  # spells still open when the log ends
-            project.close(self.last_t)
-        return self
-
-    def _point(self, busy: int, queue: int, running: int, touched: list[_Project], t: float):
-        """Close the instant `t`: the levels from then on, and its projects' starved spells."""
-        self.busy.append(busy)
-        self.queue.append(queue)
-        self.active.append(queue + running)
-        for project in touched:
-            project.settle(t)
-        touched.clear()
-
-    def _track(self, name: str) -> _Track:
-        info = self.infos.get(name)
-        if info is None:
-            raise FormatError(f"event log: job {name!r} has no JobInfo (unknown job)")
-        project = self.projects.get(info.project)
-        if project is None:
-            project = self.projects[info.project] = _Project(len(self.projects))
-        track = self.jobs[name] = _Track(info, project, self._accelerator(info.accelerator))
-        return track
-
-    def _accelerator(self, name: str) -> int:
-        code = self.accelerators.get(name)
-        if code is None:
-            code = self.accelerators[name] = len(self.accelerators)
-        return code
-
-    def rows(self) -> list[JobRow]:
-        return [_row(track, self.last_t) for track in self.jobs.values()]
-
-    def series(self, capacity: int) -> Series:
-        n = len(self.times)
-        at, by_project, by_type, delta = (np.asarray(c, dtype=np.int64) for c in self.changes)
-        return Series(
-            times=np.asarray(self.times, dtype=float),
-            busy=np.asarray(self.busy, dtype=float),
-            queue=np.asarray(self.queue, dtype=float),
-            held=_levels({p: v.code for p, v in self.projects.items()}, at, by_project, delta, n),
-            by_accelerator=_levels(self.accelerators, at, by_type, delta, n),
-            capacity=capacity,
-            active=np.asarray(self.active, dtype=float),
-        )
-
-    def starved(self) -> dict[str, tuple[float, float]]:
-        """project -> (starved time, longest starved spell)."""
-        return {n: (p.starved_time, p.starved_longest) for n, p in self.projects.items()}
-
-
-_END_STATE = {"finish": "finished", "fail": "failed", "cancel": "cancelled", "reject": "rejected"}
+def _series(sweep: Sweep, capacity: int) -> Series:
+    n = len(sweep.times)
+    at, by_project, by_type, delta = (
+        np.asarray(c, dtype=np.int64)
+        for c in (sweep.at, sweep.by_project, sweep.by_type, sweep.delta)
+    )
+    return Series(
+        times=np.asarray(sweep.times, dtype=float),
+        busy=np.asarray(sweep.busy, dtype=float),
+        queue=np.asarray(sweep.queue, dtype=float),
+        held=_levels({p: v.code for p, v in sweep.projects.items()}, at, by_project, delta, n),
+        by_accelerator=_levels(sweep.accelerators, at, by_type, delta, n),
+        capacity=capacity,
+        active=np.asarray(sweep.active, dtype=float),
+    )
 
 
 def _levels(codes: Mapping[str, int], at, which, delta, n: int) -> dict[str, np.ndarray]:
@@ -373,35 +134,6 @@ def _levels(codes: Mapping[str, int], at, which, delta, n: int) -> dict[str, np.
             continue  # (a project that never held anything has no line, as before)
         out[name] = np.bincount(at[mine], weights=delta[mine], minlength=n).cumsum()
     return out
-
-
-def _row(track: _Track, log_end: float) -> JobRow:
-    info = track.info
-    run_time = track.run_time
-    if track.running_since is not None:  # still running when the log ends
-        run_time += log_end - track.running_since
-    waited = track.waited
-    if track.pending_since is not None:  # still pending when the log ends
-        waited += log_end - track.pending_since
-    start, finish = track.start, track.finish
-    return JobRow(
-        info.name,
-        info.project,
-        info.user,
-        info.accelerator,
-        info.demand,
-        info.duration,
-        info.submit,
-        start,
-        finish,
-        track.end,
-        "pending" if track.state == "new" else track.state,
-        None if start is None else waited,
-        None if start is None else start - info.submit,
-        None if finish is None else finish - info.submit,
-        run_time,
-        track.preemptions,
-    )
 
 
 def step_area(times: np.ndarray, values: np.ndarray, at: np.ndarray) -> np.ndarray:
@@ -426,14 +158,14 @@ def resample(times: np.ndarray, values: np.ndarray, edges: np.ndarray) -> np.nda
 
 def job_table(events: Sequence[Mapping[str, Any]], infos: Mapping[str, JobInfo]) -> list[JobRow]:
     """One row per job that appears in the log, in order of first appearance."""
-    return _Replay(infos).run(events).rows()
+    return Sweep(infos).run(events).rows()
 
 
 def timeseries(
     events: Sequence[Mapping[str, Any]], infos: Mapping[str, JobInfo], capacity: Mapping[str, int]
 ) -> Series:
     """Busy accelerators, queue length and per-project holdings over time, in one sweep."""
-    return _Replay(infos).run(events).series(sum(capacity.values()))
+    return _series(Sweep(infos).run(events), sum(capacity.values()))
 
 
 def summarize(
@@ -465,12 +197,12 @@ def analyse(
     """The job table, the time series and the summary, from one sweep of the log; `swept` is
     given the time series as soon as it is made (charts can be drawn from it meanwhile)."""
     with no_cyclic_gc():
-        replay = _Replay(infos).run(events)
-        series = replay.series(sum(capacity.values()))
+        replay = Sweep(infos).run(events)
+        series = _series(replay, sum(capacity.values()))
         if swept is not None:
             swept(series)
         rows = replay.rows()
-    tally = _Tally(rows)
+    tally = Tally(rows)
     end = tally.last_finish if tally.last_finish is not None else replay.last_t
     span = max(end - tally.first_submit, 0.0)
     worked = series.work_time(end)
@@ -522,68 +254,17 @@ def stats(values: Sequence[float]) -> dict[str, float | None]:
     }
 
 
-class _Tally:
-    """What the summary needs of the job table, in one pass over it (a pass per figure was a
-    fifth of the metrics' time on a whole trace). Lists keep the rows' order, so means and
-    percentiles are those of the same values in the same order."""
-
-    def __init__(self, rows: Sequence[JobRow]) -> None:
-        self.states = dict.fromkeys(
-            ("finished", "failed", "rejected", "cancelled", "pending", "running"), 0
-        )
-        self.preemptions = 0
-        self.first_submit = 0.0 if not rows else math.inf
-        self.last_finish: float | None = None
-        self.jcts: list[float] = []  # of finished jobs
-        self.durations: list[float] = []  # of finished jobs
-        self.waits: list[float] = []
-        self.first_waits: list[float] = []
-        # project -> [jobs, finished, jcts, waits]
-        self.projects: dict[str, list] = {}
-        states, projects, jcts, durations = self.states, self.projects, self.jcts, self.durations
-        waits, first_waits = self.waits, self.first_waits
-        first_submit, last_finish, preemptions = self.first_submit, -math.inf, 0
-        for r in rows:
-            state = r.state
-            states[state] = states.get(state, 0) + 1
-            preemptions += r.preemptions
-            if r.submit < first_submit:
-                first_submit = r.submit
-            if r.finish is not None and r.finish > last_finish:
-                last_finish = r.finish
-            mine = projects.get(r.project)
-            if mine is None:
-                mine = projects[r.project] = [0, 0, [], []]
-            mine[0] += 1
-            jct, wait = r.jct, r.wait
-            if state == "finished":
-                mine[1] += 1
-                if jct is not None:
-                    jcts.append(jct)
-                durations.append(r.duration)
-            if jct is not None:
-                mine[2].append(jct)
-            if wait is not None:
-                waits.append(wait)
-                mine[3].append(wait)
-            if r.first_wait is not None:
-                first_waits.append(r.first_wait)
-        self.first_submit, self.preemptions = first_submit, preemptions
-        self.last_finish = None if last_finish == -math.inf else last_finish
-
-
-def _per_project(tally: _Tally, series: Series, end: float, span: float, guarantees, starved):
+def _per_project(tally: Tally, series: Series, end: float, span: float, guarantees, starved):
     out = {}
-    none = (0, 0, [], [])
     for project in sorted(set(tally.projects) | set(guarantees)):
-        jobs, finished, jcts, waits = tally.projects.get(project, none)
+        mine = tally.projects.get(project) or ProjectTally()
         held = series.held.get(project)
         used = series.integral(held, end) if held is not None else 0.0
         out[project] = {
-            "jobs": jobs,
-            "finished": finished,
-            "jct_mean": _mean(jcts),
-            "wait_mean": _mean(waits),
+            "jobs": mine.jobs,
+            "finished": mine.finished,
+            "jct_mean": _mean(mine.jcts),
+            "wait_mean": _mean(mine.waits),
             "accel_seconds": used,
             "mean_share": _ratio(used, series.capacity * span),
             "guarantee_share": _ratio(sum(guarantees.get(project, {}).values()), series.capacity),
