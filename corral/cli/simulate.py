@@ -336,16 +336,8 @@ def _report(workload, reports, written: list[Path]) -> str:
     """The printout: what was loaded, the summary tables and the files written."""
     from rich.console import Console
 
-    console = Console(highlight=False)
-    with console.capture() as printout:
-        _print_report(console, workload, reports, written)
-    return printout.get()
-
-
-def _print_report(console, workload, reports, written: list[Path]) -> None:
     from corral.sim.metrics import comparison_table
 
-    console.print(f"[dim]{workload.description}[/]")
     summaries = [report.summary for report in reports]
     table = comparison_table({report.name: report.summary for report in reports})
     table.add_row("cycles", *(str(s["cycles"]) for s in summaries))
@@ -355,12 +347,16 @@ def _print_report(console, workload, reports, written: list[Path]) -> None:
     table.add_row("sim jobs/s", *(_rate(s["sim_jobs_per_s"]) for s in summaries))
     if len(reports) == 1:
         table.title = f"Simulation summary ({reports[0].name})"
-    console.print(table)
-    console.print(
-        _project_table(summaries[0]) if len(reports) == 1 else _project_comparison(summaries)
-    )
-    for path in written:
-        console.print(f"[dim]wrote {path}[/]")
+    console = Console(highlight=False)
+    with console.capture() as printout:
+        console.print(f"[dim]{workload.description}[/]")
+        console.print(table)
+        console.print(
+            _project_table(summaries[0]) if len(reports) == 1 else _project_comparison(summaries)
+        )
+        for path in written:
+            console.print(f"[dim]wrote {path}[/]")
+    return printout.get()
 
 
 def _wall(seconds: float) -> str:

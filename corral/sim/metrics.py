@@ -24,8 +24,8 @@ Conventions (written down because results depend on them):
 - Guarantees are in accelerators (DESIGN.md §2: fraction x capacity), project -> type -> count;
   `guarantees_from_quota` computes them from a Quota.
 
-Everything is one O(events) sweep plus numpy (`analyse`): about 0.6 s for the 258,000-event
-log of fair on the whole Philly trace.
+Everything is one O(events) sweep (sweep.py, compiled) plus numpy (`analyse`): about 0.6 s for
+the 270,000-event log of fair on the whole Philly trace.
 """
 
 from __future__ import annotations

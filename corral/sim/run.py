@@ -338,8 +338,8 @@ def run_policies(
     (`write_comparison`). Several policies run in parallel processes, at most `processes`
     (default: the CPUs this process may use) at once, with the same outputs as one after
     another; progress bars are for runs in this process only. `meanwhile` is given the
-    reports and the paths written once all but the charts is written, while they may still
-    be being drawn aside (the CLI renders its printout then).
+    reports and the paths written once everything but the charts is written, while those may
+    still be drawn aside (the CLI renders its printout then).
 
     When the runs go one after another here and there is a spare CPU, the outputs are a
     pipeline beside the metrics, whose time is the command's: plots are drawn beside this
@@ -377,7 +377,7 @@ def run_policies(
             return write_run(run, outputs, several, drawer, early=True, tables=tables)
 
         tables: list[Callable[[], object]] = []  # job tables still to write (see above)
-        kept: list[PolicyRun] = []  # runs made here, freed while the charts are drawn
+        kept: list[PolicyRun] = []  # runs made here, and their event logs (see above)
         # Policies in processes of their own: this one waits, so it readies matplotlib
         # meanwhile for the comparison's charts (drawn here, see write_comparison), rather
         # than after the last policy.
@@ -390,7 +390,8 @@ def run_policies(
             write()
         if meanwhile is not None:
             meanwhile(reports, written)
-        kept.clear()
+        kept.clear()  # freed while the charts are still drawn (see above)
+        tables.clear()
     return reports, written
 
 
