@@ -300,7 +300,9 @@ def test_a_killed_worker_host_loses_the_attempt_not_hangs_it(pool):
     assert "corral.executors.ray_host" in " ".join(host.cmdline()), host.cmdline()
     host.kill()
     row = server.wait(job, lambda j: j["attempt"] >= 1, timeout=20, what="requeued")
-    assert row["attempts"][0]["state"] == "lost", row["attempts"][0]
+    lost = row["attempts"][0]
+    # The worker was lost, not its node: the message says which and why.
+    assert lost["state"] == "lost" and "worker 0 on node " in lost["message"], lost["message"]
     wait_gone(run)
     server.cli("cancel", job, admin=True)
     server.wait(job, "cancelled", timeout=20)

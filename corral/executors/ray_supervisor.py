@@ -212,7 +212,7 @@ class RayGang(Gang):
         node = self.launch.workers[index].node
         log.warning("worker %d on node %s: %s", index, node, why)
         if self.outcome is None:
-            self.outcome, self.message = LOST, f"node {node} (worker {index}) was lost"
+            self.outcome, self.message = LOST, f"worker {index} on node {node}: {why}"
             self.kill_at = time.monotonic()
             self.signal_all(signal.SIGKILL)  # a lost gang is requeued: no grace to wait for
 
