@@ -128,6 +128,14 @@ class JobTrack:
         self.finish = None
         self.preemptions = 0
 
+    def stop_pending(self, t: float) -> None:
+        """Its pending spell ends at `t`."""
+        since = self.pending_since
+        assert since is not None
+        self.waited += t - since
+        self.pending_since = None
+        self.project.pending -= 1
+
 
 class Unsorted(Exception):
     """The log is not in time order (it should be): sweep it again, sorted."""
@@ -172,9 +180,7 @@ class Sweep:
         touched: list[ProjectTrack] = []  # projects whose jobs changed at the current instant
         now_busy = now_queue = now_running = 0
         i, last = -1, -math.inf
-        n = -1
-        for ev in events:
-            n += 1
+        for n, ev in enumerate(events):
             try:
                 t, event, job_name = float(ev["t"]), ev["event"], ev["job"]
                 if not (isinstance(event, str) and isinstance(job_name, str)):
@@ -199,11 +205,7 @@ class Sweep:
             if kind == "start":
                 if state == "pending":
                     now_queue -= 1
-                    project.pending -= 1
-                    since = job.pending_since
-                    assert since is not None
-                    job.waited += t - since
-                    job.pending_since = None
+                    job.stop_pending(t)
                 if state != "running":  # (a repeated start: already holding)
                     job.state, job.running_since = "running", t
                     now_running += 1
@@ -226,11 +228,7 @@ class Sweep:
             elif kind in END_STATE:
                 if state == "pending":
                     now_queue -= 1
-                    project.pending -= 1
-                    since = job.pending_since
-                    assert since is not None
-                    job.waited += t - since
-                    job.pending_since = None
+                    job.stop_pending(t)
             else:
                 raise FormatError(
                     f"event log: event {n}: unknown event {kind!r} ({', '.join(EVENTS)})"
