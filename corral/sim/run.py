@@ -400,8 +400,8 @@ class Drawer:
     matplotlib and draws a first figure (see plots.warm_up) while the engine runs, and draws
     the charts while this process writes the other files. (Each chart in a fork of that warm
     process, all at once, took a third more CPU time in all, for copy-on-write, and was no
-    quicker on two cores. A second warm process drew the charts 0.1 s sooner, but warming it
-    up delayed the engine by 0.2 s.)
+    quicker on two cores. A second warm process drew the charts 0.13 s sooner, but warming it
+    up beside the engine's set-up delayed the replay's start by 0.28 s.)
     Leaving the context waits for every plot (and raises what drawing one raised). Make it
     before any thread starts (a progress bar's); a process forked while it is open (Aside)
     may use nothing its threads could be holding: writing files is fine."""
