@@ -180,15 +180,15 @@ class Sweep:
         touched: list[ProjectTrack] = []  # projects whose jobs changed at the current instant
         now_busy = now_queue = now_running = 0
         i, last = -1, -math.inf
+        kind: str  # (typed, so that compiled their comparisons are a string's)
+        name: str
         for n, ev in enumerate(events):
             try:
-                t, event, job_name = float(ev["t"]), ev["event"], ev["job"]
-                if not (isinstance(event, str) and isinstance(job_name, str)):
-                    raise TypeError
+                t, kind, name = float(ev["t"]), ev["event"], ev["job"]
+                if not (isinstance(kind, str) and isinstance(name, str)):
+                    raise TypeError  # (compiled, the assignment raises it already)
             except (KeyError, TypeError, ValueError):
                 raise FormatError(f"event log: event {n}: needs t, event and job: {ev!r}") from None
-            kind: str = event
-            name: str = job_name
             if t != last:  # events at one time share one point
                 if t < last:
                     raise Unsorted
